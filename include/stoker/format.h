@@ -1,0 +1,190 @@
+// Dataset format v1: the manifest and the shards, as docs/format.md specifies
+// them byte by byte. The constants here point to that document's sections.
+//
+// A dataset is a set of objects in one store: one manifest (the commit: a
+// dataset exists once its manifest does) and shards, each one storage object
+// of about a target size (default 4 MiB, Ceph's object size) holding whole
+// samples, an index and a checksum per sample.
+//
+// Thread safety: ShardBuilder is not thread-safe (one builder per thread).
+// ShardView is a read-only view; it may be shared between threads once built.
+// The free functions are reentrant.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/status.h"
+
+namespace stoker::format {
+
+// docs/format.md §1.
+inline constexpr uint32_t kFormatVersion = 1;
+// Default: 4 MiB, Ceph's default object size (rados object_size).
+inline constexpr uint64_t kDefaultShardBytes = 4ull << 20;
+// Every shard's size is a multiple of this, so a whole shard can be read with
+// O_DIRECT. 4 KiB: the logical block size of NVMe.
+inline constexpr uint64_t kShardAlignment = 4096;
+// docs/format.md §2: the manifest's key inside the dataset's store.
+inline constexpr std::string_view kManifestKey = "manifest.stoker";
+// docs/format.md §3.1.
+inline constexpr size_t kShardHeaderBytes = 64;
+inline constexpr char kShardMagic[8] = {'S', 'T', 'O', 'K', 'S', 'H', 'R', 'D'};
+// Upper bounds that keep a corrupt manifest or index from asking for absurd
+// allocations. docs/format.md §4.
+inline constexpr uint32_t kMaxFields = 64;
+inline constexpr uint64_t kMaxShardBytes = 1ull << 32;  // 4 GiB
+
+using DatasetId = std::array<uint8_t, 16>;
+
+enum class FieldType : uint8_t {
+  kBytes = 1,  // variable-length raw bytes (an encoded image, a token array)
+  kInt64 = 2,  // one little-endian int64 (a class label)
+};
+std::string_view FieldTypeName(FieldType t);
+
+struct FieldSpec {
+  std::string name;  // [A-Za-z0-9_]{1,64}, unique within a dataset
+  FieldType type = FieldType::kBytes;
+};
+
+// One shard as the manifest lists it.
+struct ShardInfo {
+  std::string key;            // e.g. "shards/000000.stks"
+  uint64_t bytes = 0;         // object size, a multiple of kShardAlignment
+  uint32_t samples = 0;       // samples in the shard
+  uint64_t first_sample = 0;  // global index of its first sample
+  uint64_t index_hash = 0;    // xxh3-64 of the shard's index (§3.3)
+};
+
+struct Manifest {
+  uint32_t format_version = kFormatVersion;
+  DatasetId dataset_id{};             // random, fixed at pack time
+  std::vector<FieldSpec> fields;      // the schema, in record order
+  std::vector<std::string> classes;   // label names by label value; may be empty
+  uint64_t sample_count = 0;          // == sum of shards[i].samples
+  uint64_t payload_bytes = 0;         // sum of all samples' record sizes
+  uint64_t max_sample_bytes = 0;      // largest sample record
+  std::vector<ShardInfo> shards;      // in global sample order
+  std::string created_by;             // e.g. "stoker 0.1.0 pack"
+
+  // Hex form of dataset_id (32 lowercase hex digits).
+  std::string IdHex() const;
+  // dataset_id folded to 64 bits: the epoch plan's dataset identity.
+  uint64_t Id64() const;
+  // Index of the field called `name`, or -1.
+  int FieldIndex(std::string_view name) const;
+  // Shard holding global sample `sample` (binary search), or -1.
+  int64_t ShardOf(uint64_t sample) const;
+};
+
+// Serialises a manifest (§2): a header line with version, length and xxh3-64
+// of the body, then a JSON body.
+std::string EncodeManifest(const Manifest& m);
+
+// Parses and validates a manifest. `where` names it in messages (its URI).
+// Every inconsistency (bad header, checksum, JSON, schema, shard list that
+// does not add up) is Corruption; a newer format version is Unsupported.
+Result<Manifest> DecodeManifest(std::span<const std::byte> data, std::string_view where);
+
+// A new random dataset id.
+DatasetId NewDatasetId();
+
+// One field value of a sample, as given to ShardBuilder::Add.
+struct FieldValue {
+  std::span<const std::byte> bytes;  // for kBytes
+  int64_t i64 = 0;                   // for kInt64
+};
+
+// Builds one shard in memory (§3). Add samples until SizeWith says the next
+// would pass the target, then Finish.
+class ShardBuilder {
+ public:
+  ShardBuilder(std::vector<FieldSpec> fields, DatasetId dataset_id, uint32_t shard_number);
+
+  // Size in bytes of the finished shard if `values` were added now
+  // (aligned; header, records and index included).
+  uint64_t SizeWith(std::span<const FieldValue> values) const;
+  // Appends a sample. InvalidArgument if the values do not match the schema
+  // or the shard would pass kMaxShardBytes.
+  Status Add(std::span<const FieldValue> values);
+  uint32_t sample_count() const { return sample_count_; }
+  // Sum of the record sizes added so far.
+  uint64_t payload_bytes() const { return payload_bytes_; }
+  uint64_t max_sample_bytes() const { return max_sample_bytes_; }
+  // The finished shard object and its xxh3-64 index hash. The builder is
+  // empty afterwards and may not be reused.
+  std::vector<std::byte> Finish(uint64_t* index_hash);
+
+ private:
+  std::vector<FieldSpec> fields_;
+  DatasetId dataset_id_;
+  uint32_t shard_number_;
+  uint32_t sample_count_ = 0;
+  uint64_t payload_bytes_ = 0;
+  uint64_t max_sample_bytes_ = 0;
+  std::vector<std::byte> data_;   // header placeholder + records
+  std::vector<std::byte> index_;  // index entries
+};
+
+// What a shard must agree with; from the manifest.
+struct ShardExpectation {
+  std::string_view key;        // names the shard in messages
+  uint32_t shard_number = 0;   // position in manifest.shards
+  DatasetId dataset_id{};
+  uint32_t field_count = 0;
+  uint32_t samples = 0;
+  uint64_t bytes = 0;
+  uint64_t index_hash = 0;
+  uint64_t first_sample = 0;   // global index of its first sample (messages)
+};
+ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number);
+
+// A validated, zero-copy view of a whole shard held in memory.
+class ShardView {
+ public:
+  ShardView() = default;
+
+  // Checks header (magic, version, header hash), identity (dataset id, shard
+  // number, sample and field counts, size), and that the index hashes to the
+  // expected value and every entry lies inside the record area. Sample
+  // checksums are checked one by one by VerifySample. `shard` must outlive
+  // the view. Errors name the shard key.
+  static Result<ShardView> Parse(std::span<const std::byte> shard, const ShardExpectation& expect);
+
+  // The same checks, without a manifest to compare against (inspect, fuzzing).
+  static Result<ShardView> ParseStandalone(std::span<const std::byte> shard, std::string_view key);
+
+  uint32_t sample_count() const { return sample_count_; }
+  uint32_t field_count() const { return field_count_; }
+  // The whole record of sample `i` (all fields, concatenated).
+  std::span<const std::byte> Record(uint32_t i) const;
+  // Field `f` of sample `i`: the raw bytes (for an int64 field, its 8 bytes).
+  std::span<const std::byte> Field(uint32_t i, uint32_t f) const;
+  int64_t Int64(uint32_t i, uint32_t f) const;
+  // Recomputes sample `i`'s checksum. Corruption "KEY: sample I (global G):
+  // checksum mismatch" when it differs.
+  Status VerifySample(uint32_t i) const;
+  // Checks the padding after the index is zero (verify's full check).
+  Status VerifyPadding() const;
+
+ private:
+  std::span<const std::byte> shard_;
+  std::string key_;
+  uint32_t sample_count_ = 0;
+  uint32_t field_count_ = 0;
+  uint32_t entry_bytes_ = 0;
+  uint64_t index_offset_ = 0;
+  uint64_t first_sample_ = 0;
+  const std::byte* index_ = nullptr;
+};
+
+// xxh3-64, the checksum of the format (libxxhash).
+uint64_t Hash64(std::span<const std::byte> data);
+
+}  // namespace stoker::format

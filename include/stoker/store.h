@@ -1,0 +1,204 @@
+// The store: stoker's one narrow interface to storage, with object semantics.
+//
+// Everything above it (format, pack, loader, cache, checkpoint) sees storage
+// only through this file: named objects that are read by byte range, written
+// whole and atomically, stat'ed, listed by prefix and removed. Backends are
+// picked by URI (see OpenStore): a local directory (io_uring, or a thread pool
+// when io_uring is unavailable), Ceph RADOS, or memory (unit tests).
+//
+// Reads are batch-first and asynchronous, shaped like io_uring: prepare many
+// ReadRequests, Submit them to a ReadQueue, then Wait for at least N
+// completions with a deadline. Reads land in caller-owned memory; a backend
+// never allocates or copies on the read path beyond what its kernel interface
+// requires.
+//
+// Thread safety: a Store is safe for concurrent use by many threads (all
+// methods, including NewReadQueue). A ReadQueue is NOT: it belongs to one
+// thread at a time (external synchronisation otherwise); use one queue per
+// thread that reads.
+//
+// Object keys are relative, '/'-separated names ("ds/shard-000001.stk").
+// A key never starts with '/', never contains "." or ".." components or NUL;
+// backends reject such keys with InvalidArgument, so no key can escape the
+// store's root.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/status.h"
+
+namespace stoker {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+// One read of a byte range of an object into caller-owned memory.
+struct ReadRequest {
+  std::string key;
+  uint64_t offset = 0;
+  // Destination; its size is the number of bytes asked for. The memory must
+  // stay valid and untouched until the request's completion is reaped.
+  std::span<std::byte> dst;
+  // Opaque to the store; returned in the completion.
+  uint64_t tag = 0;
+};
+
+// The outcome of one ReadRequest.
+struct ReadCompletion {
+  uint64_t tag = 0;
+  // OK: `bytes` were read. A range that runs past the end of the object is
+  // not an error: `bytes` is then smaller than dst.size() (0 at or past the
+  // end). A missing object is NotFound.
+  Status status;
+  size_t bytes = 0;
+};
+
+// Options of a ReadQueue.
+struct ReadQueueOptions {
+  // Most requests in flight at once; Submit accepts more and queues the rest.
+  // Default: 32.
+  uint32_t depth = 32;
+  // Bypass the page cache where the backend can (O_DIRECT on POSIX). Requires
+  // dst, offset and length aligned to kDirectIoAlignment, except that a read
+  // may end at the object's end. Default: off.
+  bool direct_io = false;
+};
+
+// 4 KiB: the logical block size of NVMe and the alignment O_DIRECT needs.
+inline constexpr size_t kDirectIoAlignment = 4096;
+
+// A submission/completion queue of reads. Not thread-safe (see above).
+class ReadQueue {
+ public:
+  virtual ~ReadQueue() = default;
+
+  // Queues the requests; at most `depth` are in flight at once, the rest wait
+  // inside the queue. Errors about one request (bad key, missing object) are
+  // reported in its completion, not here; Submit fails only when the queue
+  // itself cannot go on (e.g. shut down).
+  virtual Status Submit(std::span<const ReadRequest> requests) = 0;
+
+  // Waits until at least `min_completions` completions are available (capped
+  // at the number outstanding) or `deadline` passes, then moves every
+  // available completion into `out` (appending) and returns how many it
+  // moved. Returns TimedOut only if fewer than `min_completions` arrived by
+  // the deadline (whatever did arrive is still appended to `out`).
+  virtual Result<size_t> Wait(size_t min_completions, Deadline deadline,
+                              std::vector<ReadCompletion>* out) = 0;
+
+  // Submitted requests whose completions have not been reaped yet.
+  virtual size_t Outstanding() const = 0;
+};
+
+// What Stat and List report about an object.
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // The URI this store was opened with, for messages.
+  virtual const std::string& uri() const = 0;
+
+  // A new read queue. Cheap; one per reading thread.
+  virtual Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) = 0;
+
+  // Synchronous read of one range, through a queue. Returns bytes read
+  // (short at the end of the object).
+  virtual Result<size_t> Read(std::string_view key, uint64_t offset, std::span<std::byte> dst);
+
+  // Reads a whole object into a new buffer. For small objects (manifests).
+  virtual Result<std::vector<std::byte>> ReadAll(std::string_view key);
+
+  // Writes a whole object atomically: a reader sees the old object or the new
+  // one, never a mix or a prefix, also when the writer is killed part way.
+  // Replaces an existing object. On return the object is durable (POSIX:
+  // file and directory fsync'ed).
+  virtual Status Put(std::string_view key, std::span<const std::byte> data) = 0;
+
+  // Size of an object; NotFound if it does not exist.
+  virtual Result<ObjectInfo> Stat(std::string_view key) = 0;
+
+  // Every object whose key starts with `prefix`, sorted by key. Objects being
+  // written by an unfinished Put are never listed.
+  virtual Result<std::vector<ObjectInfo>> List(std::string_view prefix) = 0;
+
+  // Removes an object; NotFound if it does not exist.
+  virtual Status Remove(std::string_view key) = 0;
+};
+
+// Forwards every call to another store, so that a decorator (fault injection,
+// metering, caching) overrides only what it changes.
+class StoreWrapper : public Store {
+ public:
+  explicit StoreWrapper(std::shared_ptr<Store> target) : target_(std::move(target)) {}
+  const std::string& uri() const override { return target_->uri(); }
+  Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override {
+    return target_->NewReadQueue(o);
+  }
+  Result<size_t> Read(std::string_view k, uint64_t off, std::span<std::byte> dst) override {
+    return target_->Read(k, off, dst);
+  }
+  Result<std::vector<std::byte>> ReadAll(std::string_view k) override {
+    return target_->ReadAll(k);
+  }
+  Status Put(std::string_view k, std::span<const std::byte> d) override {
+    return target_->Put(k, d);
+  }
+  Result<ObjectInfo> Stat(std::string_view k) override { return target_->Stat(k); }
+  Result<std::vector<ObjectInfo>> List(std::string_view p) override { return target_->List(p); }
+  Status Remove(std::string_view k) override { return target_->Remove(k); }
+  Store* target() const { return target_.get(); }
+
+ private:
+  std::shared_ptr<Store> target_;
+};
+
+// Options for opening a store. Each backend reads only what it understands.
+struct StoreOptions {
+  // POSIX backend: "auto" picks io_uring when the kernel allows it and falls
+  // back to a thread pool otherwise; "io_uring" and "threads" force one
+  // (io_uring fails with Unsupported when unavailable). The environment
+  // variable STOKER_POSIX_ENGINE overrides "auto". Default: "auto".
+  std::string posix_engine = "auto";
+  // POSIX thread-pool engine: threads serving reads. Default: 0 = 2 x cores,
+  // at least 4 (reads block in the kernel, so more threads than cores help).
+  uint32_t io_threads = 0;
+  // Timeout of one backend operation (RADOS); 0 = backend default.
+  // Default for RADOS: 30 s, finite so a dead cluster is an error, not a hang.
+  std::chrono::milliseconds op_timeout{0};
+};
+
+// Opens the store named by `uri`:
+//   /abs/or/rel/path, file:///abs/path   the POSIX backend rooted there
+//   mem://NAME                           a process-wide in-memory store
+//                                        (same NAME, same store; unit tests)
+//   rados://POOL[/PREFIX][?conf=..&id=..&keyring=..]   Ceph (when built)
+// A dataset is a store: its URI is the store's root, and its objects (the
+// manifest, the shards) are keys relative to it. For POSIX the root folder is
+// created by the first Put; opening a root that does not exist is not an
+// error (Stat/List/Read then report NotFound / nothing).
+Result<std::shared_ptr<Store>> OpenStore(std::string_view uri, const StoreOptions& options = {});
+
+// Backend constructors, for code that wants one directly.
+Result<std::shared_ptr<Store>> NewPosixStore(std::string root, const StoreOptions& options = {});
+std::shared_ptr<Store> NewMemoryStore(std::string name = "");
+
+// Which engine a POSIX store actually uses ("io_uring" or "threads"), for
+// reports; empty for other backends.
+std::string PosixEngineName(const Store& store);
+
+// Checks a key against the rules above; InvalidArgument naming the key if bad.
+Status ValidateKey(std::string_view key);
+
+}  // namespace stoker

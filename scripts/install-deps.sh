@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what stoker needs on Debian 12, as root. Idempotent.
+#   scripts/install-deps.sh          build + demo (the core)
+#   scripts/install-deps.sh --all    also everything the full test suite,
+#                                    the Ceph cluster and the benchmarks use
+set -euo pipefail
+
+core=(build-essential cmake pkg-config git
+  libxxhash-dev nlohmann-json3-dev libcli11-dev liburing-dev libturbojpeg0-dev libjpeg-dev)
+full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
+  ceph-mon ceph-osd ceph-common librados-dev
+  pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch python3-torchvision
+  dataset-fashion-mnist procps)
+
+pkgs=("${core[@]}")
+if [[ "${1:-}" == "--all" ]]; then pkgs+=("${full[@]}"); fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}"
+fi

@@ -1,0 +1,35 @@
+// Helpers shared by the test suites: a temporary folder removed on exit,
+// deterministic random bytes, and a small packed dataset maker.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace stoker::testing {
+
+// A fresh folder under $TMPDIR (or /tmp), removed with everything in it when
+// the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// `n` pseudo-random bytes determined by `seed` (splitmix64).
+std::vector<std::byte> RandomBytes(size_t n, uint64_t seed);
+
+// Writes `data` to `path`, creating parent folders.
+void WriteFile(const std::filesystem::path& path, const std::vector<std::byte>& data);
+std::vector<std::byte> ReadFile(const std::filesystem::path& path);
+
+}  // namespace stoker::testing
