@@ -39,6 +39,20 @@ inline constexpr char kShardMagic[8] = {'S', 'T', 'O', 'K', 'S', 'H', 'R', 'D'};
 // allocations. docs/format.md §4.
 inline constexpr uint32_t kMaxFields = 64;
 inline constexpr uint64_t kMaxShardBytes = 1ull << 32;  // 4 GiB
+// The manifest's header line: the longest valid one is 64 bytes (§2.1).
+inline constexpr size_t kMaxManifestHeaderBytes = 128;
+// Shard keys are short relative paths (§2.4).
+inline constexpr size_t kMaxKeyBytes = 512;
+// A valid manifest body nests 3 deep (§2.4).
+inline constexpr int kMaxJsonDepth = 8;
+// Field names are [A-Za-z0-9_]{1,64} (§2.2).
+inline constexpr size_t kMaxFieldNameBytes = 64;
+
+// Bytes of one index entry for `field_count` fields: round_up(16 + 4 *
+// field_count, 8). docs/format.md §3.3.
+constexpr uint32_t IndexEntryBytes(uint32_t field_count) {
+  return (16 + 4 * field_count + 7) / 8 * 8;
+}
 
 using DatasetId = std::array<uint8_t, 16>;
 
@@ -64,14 +78,14 @@ struct ShardInfo {
 
 struct Manifest {
   uint32_t format_version = kFormatVersion;
-  DatasetId dataset_id{};             // random, fixed at pack time
-  std::vector<FieldSpec> fields;      // the schema, in record order
-  std::vector<std::string> classes;   // label names by label value; may be empty
-  uint64_t sample_count = 0;          // == sum of shards[i].samples
-  uint64_t payload_bytes = 0;         // sum of all samples' record sizes
-  uint64_t max_sample_bytes = 0;      // largest sample record
-  std::vector<ShardInfo> shards;      // in global sample order
-  std::string created_by;             // e.g. "stoker 0.1.0 pack"
+  DatasetId dataset_id{};            // random, fixed at pack time
+  std::vector<FieldSpec> fields;     // the schema, in record order
+  std::vector<std::string> classes;  // label names by label value; may be empty
+  uint64_t sample_count = 0;         // == sum of shards[i].samples
+  uint64_t payload_bytes = 0;        // sum of all samples' record sizes
+  uint64_t max_sample_bytes = 0;     // largest sample record
+  std::vector<ShardInfo> shards;     // in global sample order
+  std::string created_by;            // e.g. "stoker 0.1.0 pack"
 
   // Hex form of dataset_id (32 lowercase hex digits).
   std::string IdHex() const;
@@ -92,8 +106,12 @@ std::string EncodeManifest(const Manifest& m);
 // does not add up) is Corruption; a newer format version is Unsupported.
 Result<Manifest> DecodeManifest(std::span<const std::byte> data, std::string_view where);
 
-// A new random dataset id.
+// A new random dataset id: 16 bytes from getrandom(2). docs/format.md §5.2.
 DatasetId NewDatasetId();
+
+// The key of shard `shard_number` by the writer's convention (§1):
+// "shards/000000.stks", zero-padded to at least 6 digits.
+std::string ShardKey(uint32_t shard_number);
 
 // One field value of a sample, as given to ShardBuilder::Add.
 struct FieldValue {
@@ -132,17 +150,23 @@ class ShardBuilder {
   std::vector<std::byte> index_;  // index entries
 };
 
-// What a shard must agree with; from the manifest.
+// What a shard must agree with; from the manifest. Non-owning: the manifest
+// it was made from must outlive it.
 struct ShardExpectation {
-  std::string_view key;        // names the shard in messages
-  uint32_t shard_number = 0;   // position in manifest.shards
+  std::string_view key;  // names the shard in messages
+  // The schema. When its size is field_count, Parse also checks that int64
+  // fields have length 8 (§3.4 check 17); it may be left empty.
+  std::span<const FieldSpec> fields;
+  uint32_t shard_number = 0;  // position in manifest.shards
   DatasetId dataset_id{};
   uint32_t field_count = 0;
   uint32_t samples = 0;
   uint64_t bytes = 0;
   uint64_t index_hash = 0;
-  uint64_t first_sample = 0;   // global index of its first sample (messages)
+  uint64_t first_sample = 0;  // global index of its first sample (messages)
 };
+// Precondition: shard_number < m.shards.size() (otherwise the expectation
+// matches no shard and Parse fails).
 ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number);
 
 // A validated, zero-copy view of a whole shard held in memory.
@@ -162,10 +186,24 @@ class ShardView {
 
   uint32_t sample_count() const { return sample_count_; }
   uint32_t field_count() const { return field_count_; }
+  // Header values, for inspect.
+  const DatasetId& dataset_id() const { return dataset_id_; }
+  uint32_t shard_number() const { return shard_number_; }
+  uint64_t index_offset() const { return index_offset_; }
+  uint64_t index_hash() const { return index_hash_; }
+  uint64_t first_sample() const { return first_sample_; }
+  const std::string& key() const { return key_; }
+
+  // Hot path: O(field_count), no allocation, no further bounds checks needed
+  // (Parse proved every record lies inside the shard). An out-of-range `i` or
+  // `f` gives an empty span (Int64: 0).
+  //
   // The whole record of sample `i` (all fields, concatenated).
   std::span<const std::byte> Record(uint32_t i) const;
   // Field `f` of sample `i`: the raw bytes (for an int64 field, its 8 bytes).
   std::span<const std::byte> Field(uint32_t i, uint32_t f) const;
+  // Field `f` of sample `i` as an int64 (little-endian). 0 unless the field
+  // is 8 bytes long, which Parse guarantees for the schema's int64 fields.
   int64_t Int64(uint32_t i, uint32_t f) const;
   // Recomputes sample `i`'s checksum. Corruption "KEY: sample I (global G):
   // checksum mismatch" when it differs.
@@ -174,13 +212,19 @@ class ShardView {
   Status VerifyPadding() const;
 
  private:
+  static Result<ShardView> ParseCommon(std::span<const std::byte> shard, std::string_view key,
+                                       const ShardExpectation* expect);
+
   std::span<const std::byte> shard_;
   std::string key_;
   uint32_t sample_count_ = 0;
   uint32_t field_count_ = 0;
   uint32_t entry_bytes_ = 0;
+  uint32_t shard_number_ = 0;
   uint64_t index_offset_ = 0;
+  uint64_t index_hash_ = 0;
   uint64_t first_sample_ = 0;
+  DatasetId dataset_id_{};
   const std::byte* index_ = nullptr;
 };
 

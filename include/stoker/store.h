@@ -18,9 +18,10 @@
 // thread that reads.
 //
 // Object keys are relative, '/'-separated names ("ds/shard-000001.stk").
-// A key never starts with '/', never contains "." or ".." components or NUL;
-// backends reject such keys with InvalidArgument, so no key can escape the
-// store's root.
+// A key never starts with '/', never has an empty component ("a//b") or one
+// that starts with '.' (so no "." or "..", and no hidden names: the POSIX store
+// keeps its temporary files there), and never contains NUL; backends reject
+// such keys with InvalidArgument, so no key can escape the store's root.
 #pragma once
 
 #include <chrono>

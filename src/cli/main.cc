@@ -1,2 +1,52 @@
-// Placeholder until the CLI lands.
-int main() { return 0; }
+// stoker: the command an operator uses around the data plane.
+#include <cstdio>
+#include <iostream>
+
+#include "cli/cli.h"
+
+namespace stoker::cli {
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "stoker: %s\n", status.ToString().c_str());
+  return 10 + static_cast<int>(status.code());
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace stoker::cli
+
+int main(int argc, char** argv) {
+  using namespace stoker::cli;
+  CLI::App app{"stoker: keeps GPUs fed (pack, inspect, verify, bench, demo)", "stoker"};
+  app.set_version_flag("--version", std::string("stoker ") + STOKER_VERSION);
+  app.require_subcommand(1);
+  Action action;
+  RegisterPack(app, &action);
+  RegisterInspect(app, &action);
+  RegisterVerify(app, &action);
+  RegisterBench(app, &action);
+  RegisterDemo(app, &action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  return action ? action() : kExitUsage;
+}

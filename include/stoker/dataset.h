@@ -1,0 +1,46 @@
+// Dataset tools: what `stoker inspect` and `stoker verify` do, as a library.
+//
+// Thread safety: reentrant; VerifyDataset calls `on_problem` from the calling
+// thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stoker/format.h"
+#include "stoker/status.h"
+#include "stoker/store.h"
+
+namespace stoker {
+
+// One problem verify found: a whole shard (sample < 0) or one sample.
+struct VerifyProblem {
+  std::string shard_key;
+  int64_t sample = -1;  // global sample id, -1 for the shard as a whole
+  Status status;
+};
+
+struct VerifyReport {
+  uint64_t shards_checked = 0;
+  uint64_t samples_checked = 0;
+  uint64_t bytes_read = 0;
+  std::vector<VerifyProblem> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+struct VerifyOptions {
+  // Whole-shard reads in flight. Default: 8.
+  uint32_t reads_in_flight = 8;
+  // Called for each problem as it is found (e.g. to print it). May be empty.
+  std::function<void(const VerifyProblem&)> on_problem;
+};
+
+// Reads every byte of every shard and checks it against the manifest: the
+// header, the index, every sample's checksum, the padding. Every bad shard
+// and every bad sample is a problem in the report (verify goes on past the
+// first). The manifest itself must be valid, else its error is returned.
+Result<VerifyReport> VerifyDataset(Store& store, const VerifyOptions& options = {});
+
+}  // namespace stoker

@@ -1,0 +1,201 @@
+// The loader: reads a packed dataset from any store and delivers batches.
+//
+//   epoch plan ──▶ shard reads (whole shards, N in flight, into a bounded
+//   buffer pool) ──▶ collate workers (checksum each sample, copy its fields
+//   into one contiguous batch buffer, optionally decode JPEG + resize) ──▶
+//   batches in plan order ──▶ Next()
+//
+// A shard is read once per epoch per rank, whole, with one request, and is
+// given back to the pool as soon as the last batch that needs it is built.
+// Memory is bounded by LoaderOptions::memory_budget; Open refuses a budget
+// that cannot hold the shards one shuffle window needs at once.
+//
+// Every sample is checked against its checksum before it is delivered. An
+// error (a missing or corrupt shard, a storage timeout after retries) is
+// returned by Next() for the first batch it affects, with a message naming the
+// shard and sample; the loader then stays failed until StartEpoch.
+//
+// Thread safety: a Loader is used by one thread at a time (external
+// synchronisation otherwise); its workers are internal. Batches are values
+// that may move to any thread; their memory lives until the last Batch copy
+// referring to it is destroyed, then goes back to the loader's pool (or is
+// freed if the loader is gone).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/format.h"
+#include "stoker/status.h"
+#include "stoker/store.h"
+
+namespace stoker {
+
+// JPEG decode and resize, done by the collate workers.
+struct DecodeOptions {
+  // The bytes field holding JPEG data. Empty: no decode. Default: none.
+  std::string field;
+  // Output size; each image is resized (bilinear, aspect ratio not kept, as
+  // torchvision's Resize((h, w)) does) to exactly this. Default: 224 x 224.
+  uint32_t height = 224;
+  uint32_t width = 224;
+};
+
+struct LoaderOptions {
+  uint32_t batch_size = 256;
+  // Default: on. See plan.h for the order and the rank's share.
+  bool shuffle = true;
+  uint64_t seed = 0;
+  // Default: 8 shards (32 MiB of 4 MiB shards) mixed at a time.
+  uint32_t shuffle_window_shards = 8;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // Default: off: the last batch may be short and ranks are padded equally.
+  bool drop_last = false;
+  // Whole-shard reads in flight. Default: 8 (Ceph's rados bench default -t 16
+  // over 2 replicas' worth of OSDs; on NVMe 8 x 4 MiB saturates a drive).
+  uint32_t reads_in_flight = 8;
+  // Bytes of shard buffers plus batch buffers. Default: 512 MiB.
+  uint64_t memory_budget = 512ull << 20;
+  // Batches built ahead of the consumer. Default: 4.
+  uint32_t prefetch_batches = 4;
+  // Collate/decode workers. Default: 0 = the machine's cores.
+  uint32_t threads = 0;
+  // Read shards with O_DIRECT (POSIX), bypassing the page cache. Default: off.
+  bool direct_io = false;
+  // Fields to deliver, by name. Default: empty = every field.
+  std::vector<std::string> fields;
+  DecodeOptions decode;
+  // A shard read that fails with a retryable error is tried again this many
+  // times (with backoff) before the epoch fails. Default: 3.
+  uint32_t read_retries = 3;
+  // Deadline of one shard read; past it the read counts as a (retryable)
+  // failure. Default: 60 s.
+  std::chrono::milliseconds read_timeout{60000};
+  StoreOptions store;
+};
+
+// Where an epoch stands: enough to resume it, on any machine and (the
+// position being global) on any world size.
+struct LoaderState {
+  uint64_t epoch = 0;
+  // Global samples consumed by all ranks together (see plan.h).
+  uint64_t position = 0;
+};
+
+struct LoaderStats {
+  uint64_t shards_read = 0;
+  uint64_t bytes_read = 0;
+  uint64_t samples_delivered = 0;
+  uint64_t batches_delivered = 0;
+  uint64_t read_retries = 0;
+  // Time Next() spent blocked waiting for a batch (the consumer's data wait).
+  std::chrono::nanoseconds wait_time{0};
+  // Peak bytes held in shard and batch buffers.
+  uint64_t peak_buffer_bytes = 0;
+};
+
+class BatchMemory;  // the pooled buffer behind a Batch (implementation)
+
+// One batch of samples, laid out for zero-copy hand-off: every array is a
+// contiguous, 64-byte aligned region of one buffer.
+class Batch {
+ public:
+  // A variable-length field: sample i's bytes are data[offsets[i], offsets[i+1]).
+  struct BytesColumn {
+    std::string name;
+    std::span<const uint64_t> offsets;  // size() + 1 entries
+    std::span<const std::byte> data;
+  };
+  struct Int64Column {
+    std::string name;
+    std::span<const int64_t> values;
+  };
+  // A decoded image field: dense uint8, N x H x W x C (C = 3, RGB).
+  struct ImageColumn {
+    std::string name;
+    std::span<const uint8_t> data;
+    uint32_t height = 0, width = 0, channels = 3;
+  };
+
+  Batch() = default;
+  size_t size() const { return sample_ids_.size(); }
+  uint64_t epoch() const { return epoch_; }
+  // Index of this batch within the rank's epoch (counting from the epoch's
+  // start, also after a resume).
+  uint64_t index() const { return index_; }
+  // Global sample ids, in delivery order.
+  std::span<const uint64_t> sample_ids() const { return sample_ids_; }
+  // 1 where the sample is padding (a repeat that evens out the ranks).
+  std::span<const uint8_t> padding() const { return padding_; }
+  const std::vector<BytesColumn>& bytes_columns() const { return bytes_; }
+  const std::vector<Int64Column>& int64_columns() const { return int64_; }
+  const std::vector<ImageColumn>& image_columns() const { return images_; }
+  const BytesColumn* bytes(std::string_view name) const;
+  const Int64Column* int64(std::string_view name) const;
+  const ImageColumn* image(std::string_view name) const;
+  // The resume state once this batch has been consumed.
+  LoaderState state_after() const { return state_after_; }
+  // The buffer holding every array of the batch (for zero-copy exporters,
+  // which keep `memory()` alive as long as they refer to it).
+  std::shared_ptr<const BatchMemory> memory() const { return memory_; }
+  std::span<const std::byte> buffer() const;
+
+ private:
+  friend class BatchBuilder;
+  std::shared_ptr<BatchMemory> memory_;
+  uint64_t epoch_ = 0, index_ = 0;
+  std::span<const uint64_t> sample_ids_;
+  std::span<const uint8_t> padding_;
+  std::vector<BytesColumn> bytes_;
+  std::vector<Int64Column> int64_;
+  std::vector<ImageColumn> images_;
+  LoaderState state_after_;
+};
+
+class Loader {
+ public:
+  // Opens the dataset at `uri` (its manifest is read and validated) and
+  // starts epoch 0. Invalid options are InvalidArgument naming the option.
+  static Result<std::unique_ptr<Loader>> Open(std::string_view uri, const LoaderOptions& options);
+  static Result<std::unique_ptr<Loader>> Open(std::shared_ptr<Store> store,
+                                              const LoaderOptions& options);
+
+  virtual ~Loader() = default;
+
+  virtual const format::Manifest& manifest() const = 0;
+  virtual const LoaderOptions& options() const = 0;
+
+  // Stops the current epoch (in-flight reads are waited for, buffers return
+  // to the pool) and starts `epoch` at global `position` (0: the start).
+  virtual Status StartEpoch(uint64_t epoch, uint64_t position = 0) = 0;
+  Status Resume(const LoaderState& s) { return StartEpoch(s.epoch, s.position); }
+
+  // The next batch of the epoch; OutOfRange once the epoch is over (then
+  // StartEpoch(epoch + 1) goes on). Blocks until the batch is ready.
+  virtual Result<Batch> Next() = 0;
+
+  // Batches this rank gets in the current epoch, from where it started.
+  virtual uint64_t num_batches() const = 0;
+  // The state after the last batch Next() returned.
+  virtual LoaderState state() const = 0;
+  virtual LoaderStats stats() const = 0;
+};
+
+// Reads and validates a dataset's manifest. NotFound "no stoker dataset at
+// URI" when there is none.
+Result<format::Manifest> ReadManifest(Store& store);
+
+// Decodes a JPEG and resizes it to out_h x out_w RGB into `out` (size
+// out_h * out_w * 3). `scratch` is reused between calls. Corruption when the
+// data is not a decodable JPEG. Unsupported when built without libturbojpeg.
+Status DecodeJpegResized(std::span<const std::byte> jpeg, uint32_t out_h, uint32_t out_w,
+                         std::span<uint8_t> out, std::vector<uint8_t>* scratch);
+
+}  // namespace stoker

@@ -1,0 +1,116 @@
+// The epoch plan: which samples, in which order, for which rank.
+//
+// The plan depends only on (dataset identity, seed, epoch, rank, world size),
+// so every machine computes the same order every time, with no coordination.
+// The random generator and the permutation are stoker's own code (not
+// std::shuffle or std::uniform_int_distribution, whose output differs between
+// standard libraries).
+//
+// The order is global: it is fixed by (dataset, seed, epoch) alone.
+//   1. The shards are permuted.
+//   2. Consecutive groups of `shuffle_window_shards` shards (in that order)
+//      form windows; the samples of a window are permuted together. The
+//      concatenated windows are the epoch's global order: positions 0..N-1.
+// Ranks take their share of it, strided: rank r's j-th sample is at global
+// position start + j * world_size + r. A position counts global samples
+// consumed, so a resume state (epoch, position) means the same thing for any
+// world size. Every rank gets the same number of batches:
+//   drop_last: each rank gets floor(remaining / (world * batch)) full batches;
+//              the tail of the order is not delivered this epoch.
+//   pad:       each rank gets ceil(remaining / world) samples; positions past
+//              the end wrap around to the start of the order (those samples
+//              are marked as padding). The last batch may be short, equally on
+//              every rank.
+//
+// Thread safety: an EpochPlan is immutable after Make; share it freely.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "stoker/status.h"
+
+namespace stoker {
+
+// xoshiro256** seeded through splitmix64: small, fast, and specified bit for
+// bit, so the same seed gives the same stream on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t Next();
+  // Uniform in [0, n), n > 0: Lemire's multiply-shift with rejection, so
+  // there is no modulo bias.
+  uint64_t Below(uint64_t n);
+
+ private:
+  uint64_t s_[4];
+};
+
+// Mixes values into one 64-bit seed (splitmix64 finaliser chain).
+uint64_t MixSeed(std::initializer_list<uint64_t> values);
+
+// Fisher–Yates shuffle with Rng::Below; the same on every machine.
+template <typename T>
+void Permute(std::span<T> items, Rng& rng) {
+  for (size_t i = items.size(); i > 1; --i) {
+    size_t j = static_cast<size_t>(rng.Below(i));
+    std::swap(items[i - 1], items[j]);
+  }
+}
+
+struct PlanOptions {
+  uint64_t seed = 0;
+  // Default: on. Off gives the packed order (shards in order, samples in order).
+  bool shuffle = true;
+  // Samples are shuffled among this many shards at a time; more mixes better
+  // and costs that many shards of memory in the loader. Default: 8.
+  uint32_t shuffle_window_shards = 8;
+  uint32_t batch_size = 1;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // Default: off (pad, so no sample is skipped).
+  bool drop_last = false;
+};
+
+class EpochPlan {
+ public:
+  // `shard_samples[i]` is the sample count of shard i (global sample ids are
+  // assigned in shard order). `start_position` resumes mid-epoch: the global
+  // position of the first sample not yet consumed (0..N).
+  static Result<EpochPlan> Make(uint64_t dataset_id, std::span<const uint32_t> shard_samples,
+                                const PlanOptions& options, uint64_t epoch,
+                                uint64_t start_position = 0);
+
+  uint64_t epoch() const { return epoch_; }
+  uint64_t dataset_samples() const { return order_.size(); }
+  uint64_t start_position() const { return start_; }
+
+  // The global order: the sample id at global position p (p < N).
+  uint64_t SampleAtPosition(uint64_t p) const { return order_[p]; }
+
+  // This rank's share, from the start position on.
+  uint64_t rank_samples() const { return rank_samples_; }
+  uint64_t num_batches() const { return num_batches_; }
+  // The j-th sample of this rank (j < rank_samples()).
+  uint64_t RankSample(uint64_t j) const;
+  // Whether the j-th sample of this rank is padding (a repeat past the end).
+  bool IsPadding(uint64_t j) const;
+  // Samples [first, first+count) of this rank form batch b.
+  void BatchRange(uint64_t b, uint64_t* first, uint64_t* count) const;
+  // The global position once every rank has consumed `batches` batches:
+  // the resume state's position (never past N).
+  uint64_t PositionAfter(uint64_t batches) const;
+
+ private:
+  std::vector<uint64_t> order_;
+  uint64_t epoch_ = 0;
+  uint64_t start_ = 0;
+  uint32_t rank_ = 0;
+  uint32_t world_ = 1;
+  uint32_t batch_ = 1;
+  uint64_t rank_samples_ = 0;
+  uint64_t num_batches_ = 0;
+};
+
+}  // namespace stoker

@@ -1,0 +1,175 @@
+// The per-file baseline (see bench.h): each worker builds whole batches, one
+// file open + read + close per sample, as a DataLoader worker running
+// ImageFolder does, then collates with the Loader's own code.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "loader/batch_builder.h"
+#include "stoker/bench.h"
+#include "stoker/plan.h"
+
+namespace stoker {
+namespace {
+
+// open + fstat + read + close: what Python's open(path, "rb").read() does
+// for a regular file, the least a per-file loader can pay.
+Status ReadWholeFile(const std::string& path, std::vector<std::byte>* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoToStatus(err, "stat " + path);
+  }
+  out->resize(size_t(st.st_size));
+  size_t got = 0;
+  while (got < out->size()) {
+    const ssize_t n = ::read(fd, out->data() + got, out->size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return ErrnoToStatus(err, "read " + path);
+    }
+    if (n == 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  out->resize(got);
+  return Status::Ok();
+}
+
+class PerFileLoaderImpl final : public PerFileLoader {
+ public:
+  PerFileLoaderImpl(PackSources sources, LoaderOptions options)
+      : sources_(std::move(sources)), options_(std::move(options)) {
+    columns_ = {{"image", format::FieldType::kBytes, !options_.decode.field.empty()},
+                {"label", format::FieldType::kInt64, false}};
+    pool_ = std::make_shared<BufferPool>(kColumnAlignment, options_.prefetch_batches + 2, true);
+  }
+  ~PerFileLoaderImpl() override { Stop(); }
+
+  Status StartEpoch(uint64_t epoch) override {
+    Stop();
+    epoch_ = epoch;
+    order_.resize(sources_.files.size());
+    std::iota(order_.begin(), order_.end(), 0);
+    if (options_.shuffle) {
+      Rng rng(MixSeed({options_.seed, epoch}));
+      Permute(std::span<uint64_t>(order_), rng);
+    }
+    const uint64_t n = order_.size(), bs = options_.batch_size;
+    num_batches_ = options_.drop_last ? n / bs : (n + bs - 1) / bs;
+    stop_ = false;
+    next_build_ = next_consume_ = 0;
+    ready_.clear();
+    uint32_t threads = options_.threads ? options_.threads : std::thread::hardware_concurrency();
+    for (uint32_t i = 0; i < std::max(1u, threads); ++i) workers_.emplace_back([this] { Work(); });
+    return Status::Ok();
+  }
+
+  Result<Batch> Next() override {
+    std::unique_lock lock(mu_);
+    if (next_consume_ >= num_batches_) return OutOfRange("epoch over");
+    cv_.wait(lock, [&] { return ready_.count(next_consume_) > 0; });
+    auto node = ready_.extract(next_consume_++);
+    cv_.notify_all();
+    return std::move(node.mapped());
+  }
+
+  uint64_t num_batches() const override { return num_batches_; }
+
+ private:
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  void Work() {
+    std::vector<std::vector<std::byte>> files;
+    std::vector<int64_t> labels;
+    std::vector<uint64_t> ids;
+    while (true) {
+      uint64_t b;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] {
+          return stop_ || next_build_ >= num_batches_ ||
+                 next_build_ < next_consume_ + std::max(1u, options_.prefetch_batches);
+        });
+        if (stop_ || next_build_ >= num_batches_) return;
+        b = next_build_++;
+      }
+      const uint64_t first = b * options_.batch_size;
+      const uint64_t count = std::min<uint64_t>(options_.batch_size, order_.size() - first);
+      files.resize(count);
+      labels.resize(count);
+      ids.resize(count);
+      Status st;
+      for (uint64_t k = 0; k < count && st.ok(); ++k) {
+        ids[k] = order_[first + k];
+        const PackSource& src = sources_.files[ids[k]];
+        st = ReadWholeFile(src.path, &files[k]);
+        labels[k] = src.label;
+      }
+      Result<Batch> batch = st;
+      if (st.ok()) {
+        BatchSamples s;
+        s.count = count;
+        s.sample_ids = ids.data();
+        s.value = [&](size_t i, size_t c) -> std::span<const std::byte> {
+          if (c == 0) return files[i];
+          return std::as_bytes(std::span<const int64_t>(&labels[i], 1));
+        };
+        s.describe = [&](size_t i) { return sources_.files[ids[i]].path; };
+        batch = BatchBuilder::Build(*pool_, columns_, options_.decode, s, epoch_, b,
+                                    {epoch_, std::min<uint64_t>(first + count, order_.size())});
+      }
+      std::lock_guard lock(mu_);
+      ready_.emplace(b, std::move(batch));
+      cv_.notify_all();
+    }
+  }
+
+  const PackSources sources_;
+  const LoaderOptions options_;
+  std::vector<ColumnSpec> columns_;
+  std::shared_ptr<BufferPool> pool_;
+  std::vector<uint64_t> order_;
+  uint64_t epoch_ = 0;
+  uint64_t num_batches_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  uint64_t next_build_ = 0, next_consume_ = 0;
+  std::map<uint64_t, Result<Batch>> ready_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PerFileLoader>> PerFileLoader::Open(PackSources sources,
+                                                           const LoaderOptions& options) {
+  if (options.batch_size == 0) return InvalidArgument("batch_size must be at least 1");
+  if (sources.files.empty()) return InvalidArgument("no files");
+  auto impl = std::make_unique<PerFileLoaderImpl>(std::move(sources), options);
+  STOKER_RETURN_IF_ERROR(impl->StartEpoch(0));
+  return std::unique_ptr<PerFileLoader>(std::move(impl));
+}
+
+}  // namespace stoker

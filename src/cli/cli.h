@@ -1,0 +1,34 @@
+// Shared plumbing of the `stoker` command: one file per subcommand, each a
+// thin shell over the library, registered from main.cc.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+#include "stoker/status.h"
+
+namespace stoker::cli {
+
+// A subcommand's action, run after parsing; returns the exit code.
+using Action = std::function<int()>;
+
+// Exit codes: 0 success, 1 the command ran and found problems (verify), 2 a
+// usage error, 10 + Code for a failed operation (see status.h).
+inline constexpr int kExitProblems = 1;
+inline constexpr int kExitUsage = 2;
+
+// Prints "stoker: <status>" to stderr and returns its exit code.
+int Fail(const Status& status);
+
+// Registration of each subcommand (one file each).
+void RegisterPack(CLI::App& app, Action* action);
+void RegisterInspect(CLI::App& app, Action* action);
+void RegisterVerify(CLI::App& app, Action* action);
+void RegisterBench(CLI::App& app, Action* action);
+void RegisterDemo(CLI::App& app, Action* action);
+
+// Human-readable byte count ("3.2 GiB").
+std::string HumanBytes(double bytes);
+
+}  // namespace stoker::cli

@@ -1,0 +1,616 @@
+// The manifest: encoding and validation. docs/format.md §2, §5.2.
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <unordered_set>
+
+#include "format/coding.h"
+#include "stoker/format.h"
+
+namespace stoker::format {
+
+using internal::Hex16;
+using internal::HexBytes;
+using internal::LoadLE;
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view kHeaderMagic = "STOKER-DATASET ";
+
+// ---- small parsers ----------------------------------------------------------
+
+// A decimal with 1..max_digits digits, no sign, no leading zero (except "0").
+bool ParseDecimal(std::string_view s, size_t max_digits, uint64_t* out) {
+  if (s.empty() || s.size() > max_digits) return false;
+  if (s.size() > 1 && s[0] == '0') return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;  // uppercase is not accepted: the writer writes lowercase
+}
+
+// hex16 (docs/format.md conventions).
+bool ParseHex16(std::string_view s, uint64_t* out) {
+  if (s.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    int d = HexValue(c);
+    if (d < 0) return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseIdHex(std::string_view s, DatasetId* out) {
+  if (s.size() != 2 * out->size()) return false;
+  for (size_t i = 0; i < out->size(); ++i) {
+    int hi = HexValue(s[2 * i]);
+    int lo = HexValue(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*out)[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+bool ValidFieldName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxFieldNameBytes) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// Empty when `key` is a valid shard key (§2.4), else what is wrong with it.
+std::string KeyProblem(std::string_view key) {
+  if (key.empty()) return "empty key";
+  if (key.size() > kMaxKeyBytes) return "longer than " + std::to_string(kMaxKeyBytes) + " bytes";
+  for (char c : key) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || c == '/';
+    if (!ok) return "character not in [A-Za-z0-9._/-]";
+  }
+  if (key.front() == '/') return "leading '/'";
+  if (key.back() == '/') return "trailing '/'";
+  size_t start = 0;
+  while (start <= key.size()) {
+    size_t end = key.find('/', start);
+    if (end == std::string_view::npos) end = key.size();
+    std::string_view part = key.substr(start, end - start);
+    if (part.empty()) return "empty path component";
+    if (part == "." || part == "..") return "'" + std::string(part) + "' path component";
+    start = end + 1;
+  }
+  if (key == kManifestKey) return "names the manifest";
+  return {};
+}
+
+bool ParseFieldType(std::string_view s, FieldType* t) {
+  if (s == "bytes") {
+    *t = FieldType::kBytes;
+  } else if (s == "int64") {
+    *t = FieldType::kInt64;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// ---- strict JSON ------------------------------------------------------------
+
+// nlohmann's DOM parser, wrapped to refuse duplicate keys (nlohmann keeps the
+// last one silently, so two readers could disagree on a manifest) and nesting
+// deeper than kMaxJsonDepth. Never throws: errors land in error().
+class StrictSax {
+ public:
+  explicit StrictSax(json& root) : dom_(root, /*allow_exceptions=*/false) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+
+  bool start_object(std::size_t n) {
+    if (!Enter()) return false;
+    if (keys_.size() < static_cast<size_t>(depth_)) keys_.resize(depth_);
+    keys_[depth_ - 1].clear();
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    if (!keys_[depth_ - 1].insert(k).second) {
+      error_ = "duplicate key \"" + k + "\"";
+      return false;
+    }
+    return dom_.key(k);
+  }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    if (!Enter()) return false;
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t /*pos*/, const std::string& /*token*/, const json::exception& ex) {
+    // "[json.exception.parse_error.101] parse error at line 1, ..." without
+    // the bracketed id.
+    std::string_view what = ex.what();
+    size_t cut = what.find("] ");
+    error_ = std::string(cut == std::string_view::npos ? what : what.substr(cut + 2));
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  bool Enter() {
+    if (++depth_ > kMaxJsonDepth) {
+      error_ = "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+      return false;
+    }
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  int depth_ = 0;
+  // Keys seen in each open object, by depth; reused to avoid reallocating.
+  std::vector<std::unordered_set<std::string>> keys_;
+  std::string error_;
+};
+
+// ---- schema checks ----------------------------------------------------------
+
+// Builds the Corruption errors of one manifest; `path` is a JSON path like
+// "shards[3].bytes".
+class Checker {
+ public:
+  explicit Checker(std::string_view where) : where_(where) {}
+
+  Status Error(std::string_view path, std::string_view what) const {
+    return Corruption(std::string(where_) + ": " + std::string(path) + ": " + std::string(what));
+  }
+
+  // `obj[key]`, which must exist; `*out` points into obj.
+  Status Get(const json& obj, const char* key, const std::string& path, const json** out) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      return Corruption(std::string(where_) + ": missing key \"" + path + "\"");
+    }
+    *out = &*it;
+    return Status::Ok();
+  }
+
+  Status TypeError(const std::string& path, const char* expected, const json& v) const {
+    return Error(path, std::string("expected ") + expected + ", got " + v.type_name());
+  }
+
+  Status GetUnsigned(const json& obj, const char* key, const std::string& path, uint64_t max,
+                     uint64_t* out) const {
+    const json* v;
+    STOKER_RETURN_IF_ERROR(Get(obj, key, path, &v));
+    // Negative numbers, fractions and integers beyond u64 (which nlohmann
+    // parses as floats) are all refused here.
+    if (!v->is_number_unsigned()) return TypeError(path, "an unsigned integer", *v);
+    uint64_t n = v->get<uint64_t>();
+    if (n > max) return Error(path, std::to_string(n) + " is larger than " + std::to_string(max));
+    *out = n;
+    return Status::Ok();
+  }
+
+  Status GetString(const json& obj, const char* key, const std::string& path,
+                   const std::string** out) const {
+    const json* v;
+    STOKER_RETURN_IF_ERROR(Get(obj, key, path, &v));
+    if (!v->is_string()) return TypeError(path, "a string", *v);
+    *out = v->get_ptr<const std::string*>();
+    return Status::Ok();
+  }
+
+  Status GetArray(const json& obj, const char* key, const std::string& path,
+                  const json** out) const {
+    STOKER_RETURN_IF_ERROR(Get(obj, key, path, out));
+    if (!(*out)->is_array()) return TypeError(path, "an array", **out);
+    return Status::Ok();
+  }
+
+ private:
+  std::string_view where_;
+};
+
+std::string Indexed(const char* name, size_t i) {
+  return std::string(name) + "[" + std::to_string(i) + "]";
+}
+
+Status DecodeBody(const json& root, uint32_t header_version, std::string_view where, Manifest* m) {
+  Checker c(where);
+  if (!root.is_object()) return c.TypeError("body", "an object", root);
+
+  uint64_t u;
+  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "format_version", "format_version", UINT32_MAX, &u));
+  if (u != header_version) {
+    return c.Error("format_version",
+                   std::to_string(u) + ", header says " + std::to_string(header_version));
+  }
+  m->format_version = static_cast<uint32_t>(u);
+
+  const std::string* s;
+  STOKER_RETURN_IF_ERROR(c.GetString(root, "dataset_id", "dataset_id", &s));
+  if (!ParseIdHex(*s, &m->dataset_id)) {
+    return c.Error("dataset_id", "'" + *s + "' is not 32 lowercase hex digits");
+  }
+
+  STOKER_RETURN_IF_ERROR(c.GetString(root, "created_by", "created_by", &s));
+  m->created_by = *s;
+
+  // fields
+  const json* arr;
+  STOKER_RETURN_IF_ERROR(c.GetArray(root, "fields", "fields", &arr));
+  if (arr->empty() || arr->size() > kMaxFields) {
+    return c.Error("fields", std::to_string(arr->size()) + " fields, expected 1.." +
+                                 std::to_string(kMaxFields));
+  }
+  uint64_t min_record = 0;  // 8 per int64 field
+  for (size_t j = 0; j < arr->size(); ++j) {
+    const json& f = (*arr)[j];
+    std::string path = Indexed("fields", j);
+    if (!f.is_object()) return c.TypeError(path, "an object", f);
+    FieldSpec spec;
+    STOKER_RETURN_IF_ERROR(c.GetString(f, "name", path + ".name", &s));
+    if (!ValidFieldName(*s)) {
+      return c.Error(path + ".name", "'" + *s + "' is not [A-Za-z0-9_]{1,64}");
+    }
+    spec.name = *s;
+    for (size_t k = 0; k < j; ++k) {
+      if (m->fields[k].name == spec.name) {
+        return c.Error(path + ".name", "duplicate field name '" + spec.name + "'");
+      }
+    }
+    STOKER_RETURN_IF_ERROR(c.GetString(f, "type", path + ".type", &s));
+    if (!ParseFieldType(*s, &spec.type)) {
+      return c.Error(path + ".type", "unknown field type '" + *s + "'");
+    }
+    if (spec.type == FieldType::kInt64) min_record += 8;
+    m->fields.push_back(std::move(spec));
+  }
+  const uint64_t entry_bytes = IndexEntryBytes(static_cast<uint32_t>(m->fields.size()));
+
+  // classes
+  STOKER_RETURN_IF_ERROR(c.GetArray(root, "classes", "classes", &arr));
+  m->classes.reserve(arr->size());
+  for (size_t j = 0; j < arr->size(); ++j) {
+    const json& v = (*arr)[j];
+    if (!v.is_string()) return c.TypeError(Indexed("classes", j), "a string", v);
+    m->classes.push_back(v.get<std::string>());
+  }
+
+  STOKER_RETURN_IF_ERROR(
+      c.GetUnsigned(root, "sample_count", "sample_count", UINT64_MAX, &m->sample_count));
+  STOKER_RETURN_IF_ERROR(
+      c.GetUnsigned(root, "payload_bytes", "payload_bytes", UINT64_MAX, &m->payload_bytes));
+  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "max_sample_bytes", "max_sample_bytes", UINT64_MAX,
+                                       &m->max_sample_bytes));
+
+  // shards
+  STOKER_RETURN_IF_ERROR(c.GetArray(root, "shards", "shards", &arr));
+  if (arr->size() > UINT32_MAX) return c.Error("shards", "more than 2^32-1 shards");
+  m->shards.reserve(arr->size());
+  std::unordered_set<std::string_view> keys;
+  keys.reserve(arr->size());
+  uint64_t next_sample = 0;  // running sum of samples
+  uint64_t record_area = 0;  // Σ(bytes - 64 - samples * entry_bytes)
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const json& sj = (*arr)[i];
+    std::string path = Indexed("shards", i);
+    if (!sj.is_object()) return c.TypeError(path, "an object", sj);
+    ShardInfo info;
+
+    STOKER_RETURN_IF_ERROR(c.GetString(sj, "key", path + ".key", &s));
+    if (std::string problem = KeyProblem(*s); !problem.empty()) {
+      return c.Error(path + ".key", "bad key '" + *s + "': " + problem);
+    }
+    info.key = *s;
+
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(sj, "bytes", path + ".bytes", UINT64_MAX, &info.bytes));
+    if (info.bytes % kShardAlignment != 0) {
+      return c.Error(path + ".bytes", std::to_string(info.bytes) + " is not a multiple of " +
+                                          std::to_string(kShardAlignment));
+    }
+    if (info.bytes < kShardAlignment || info.bytes > kMaxShardBytes) {
+      return c.Error(path + ".bytes", std::to_string(info.bytes) + " is outside " +
+                                          std::to_string(kShardAlignment) + ".." +
+                                          std::to_string(kMaxShardBytes));
+    }
+
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(sj, "samples", path + ".samples", UINT32_MAX, &u));
+    info.samples = static_cast<uint32_t>(u);
+    const uint64_t max_samples = (info.bytes - kShardHeaderBytes) / entry_bytes;
+    if (u < 1 || u > max_samples) {
+      return c.Error(path + ".samples", std::to_string(u) + " is outside 1.." +
+                                            std::to_string(max_samples) + " for a shard of " +
+                                            std::to_string(info.bytes) + " bytes");
+    }
+
+    STOKER_RETURN_IF_ERROR(
+        c.GetUnsigned(sj, "first_sample", path + ".first_sample", UINT64_MAX, &info.first_sample));
+    if (info.first_sample != next_sample) {
+      return c.Error(path + ".first_sample", std::to_string(info.first_sample) + ", expected " +
+                                                 std::to_string(next_sample) +
+                                                 " (the sum of the samples before it)");
+    }
+
+    STOKER_RETURN_IF_ERROR(c.GetString(sj, "index_hash", path + ".index_hash", &s));
+    if (!ParseHex16(*s, &info.index_hash)) {
+      return c.Error(path + ".index_hash", "'" + *s + "' is not 16 lowercase hex digits");
+    }
+
+    // Cannot overflow in practice (each term < 2^32, fewer than 2^32 shards),
+    // but the input is untrusted.
+    if (__builtin_add_overflow(next_sample, info.samples, &next_sample) ||
+        __builtin_add_overflow(record_area,
+                               info.bytes - kShardHeaderBytes - info.samples * entry_bytes,
+                               &record_area)) {
+      return c.Error(path, "totals overflow");
+    }
+    m->shards.push_back(std::move(info));
+  }
+  // Keys are checked for uniqueness once the vector no longer moves.
+  for (size_t i = 0; i < m->shards.size(); ++i) {
+    if (!keys.insert(m->shards[i].key).second) {
+      return c.Error(Indexed("shards", i) + ".key", "duplicate key '" + m->shards[i].key + "'");
+    }
+  }
+
+  // totals (§2.4, "consistency of the totals")
+  if (m->sample_count != next_sample) {
+    return c.Error("sample_count", std::to_string(m->sample_count) + ", but the shards hold " +
+                                       std::to_string(next_sample));
+  }
+  uint64_t least_payload;
+  if (__builtin_mul_overflow(m->sample_count, min_record, &least_payload) ||
+      m->payload_bytes < least_payload) {
+    return c.Error("payload_bytes", std::to_string(m->payload_bytes) + " is less than " +
+                                        std::to_string(min_record) + " bytes per sample");
+  }
+  if (m->payload_bytes > record_area) {
+    return c.Error("payload_bytes", std::to_string(m->payload_bytes) +
+                                        " does not fit in the shards' record areas (" +
+                                        std::to_string(record_area) + " bytes)");
+  }
+  if (m->max_sample_bytes > m->payload_bytes) {
+    return c.Error("max_sample_bytes", std::to_string(m->max_sample_bytes) +
+                                           " is larger than payload_bytes " +
+                                           std::to_string(m->payload_bytes));
+  }
+  uint64_t most_payload;
+  if (!__builtin_mul_overflow(m->sample_count, m->max_sample_bytes, &most_payload) &&
+      m->payload_bytes > most_payload) {
+    return c.Error("max_sample_bytes", std::to_string(m->max_sample_bytes) + " times " +
+                                           std::to_string(m->sample_count) +
+                                           " samples is less than payload_bytes " +
+                                           std::to_string(m->payload_bytes));
+  }
+  if (m->sample_count > 0 && m->max_sample_bytes < min_record) {
+    return c.Error("max_sample_bytes", std::to_string(m->max_sample_bytes) +
+                                           " is less than the smallest record (" +
+                                           std::to_string(min_record) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+Result<Manifest> DecodeManifestImpl(std::span<const std::byte> data, std::string_view where) {
+  const std::string w(where);
+  const char* text = reinterpret_cast<const char*>(data.data());
+  std::string_view head(text, std::min(data.size(), kMaxManifestHeaderBytes));
+
+  // §2.1: magic and version first, so that a newer version may change the
+  // rest of the line.
+  if (!head.starts_with(kHeaderMagic)) {
+    return Corruption(w + ": not a stoker manifest (does not start with \"STOKER-DATASET \")");
+  }
+  size_t nl = head.find('\n');
+  if (nl == std::string_view::npos) {
+    return Corruption(w + ": header line: no newline in the first " +
+                      std::to_string(kMaxManifestHeaderBytes) + " bytes");
+  }
+  std::string_view line = head.substr(kHeaderMagic.size(), nl - kHeaderMagic.size());
+  size_t sp = line.find(' ');
+  std::string_view version_tok = line.substr(0, sp);
+  uint64_t version;
+  if (!ParseDecimal(version_tok, 10, &version) || version > UINT32_MAX) {
+    return Corruption(w + ": header line: bad format version '" + std::string(version_tok) + "'");
+  }
+  if (version == 0) return Corruption(w + ": header line: format version 0");
+  if (version > kFormatVersion) {
+    return Unsupported(w + ": written by a newer stoker (format v" + std::to_string(version) +
+                       "; this build reads v" + std::to_string(kFormatVersion) + ")");
+  }
+  if (sp == std::string_view::npos) {
+    return Corruption(w + ": header line: missing body length and hash");
+  }
+  std::string_view rest = line.substr(sp + 1);
+  sp = rest.find(' ');
+  std::string_view length_tok = rest.substr(0, sp);
+  uint64_t body_length;
+  if (!ParseDecimal(length_tok, 20, &body_length)) {
+    return Corruption(w + ": header line: bad body length '" + std::string(length_tok) + "'");
+  }
+  std::string_view hash_tok = sp == std::string_view::npos ? "" : rest.substr(sp + 1);
+  uint64_t body_hash;
+  if (!ParseHex16(hash_tok, &body_hash)) {
+    return Corruption(w + ": header line: bad body hash '" + std::string(hash_tok) +
+                      "' (expected 16 lowercase hex digits)");
+  }
+
+  // §2.2: the body, exactly.
+  std::span<const std::byte> body = data.subspan(nl + 1);
+  if (body.size() != body_length) {
+    return Corruption(w + (body.size() < body_length ? ": truncated: body is " : ": body is ") +
+                      std::to_string(body.size()) + " bytes, header says " +
+                      std::to_string(body_length));
+  }
+  uint64_t actual = Hash64(body);
+  if (actual != body_hash) {
+    return Corruption(w + ": body checksum mismatch (header says " + Hex16(body_hash) +
+                      ", body hashes to " + Hex16(actual) + ")");
+  }
+
+  json root;
+  StrictSax sax(root);
+  const char* b = reinterpret_cast<const char*>(body.data());
+  if (!json::sax_parse(b, b + body.size(), &sax, json::input_format_t::json, /*strict=*/true,
+                       /*ignore_comments=*/false)) {
+    return Corruption(
+        w + ": invalid JSON: " + (sax.error().empty() ? std::string("parse failed") : sax.error()));
+  }
+  Manifest m;
+  STOKER_RETURN_IF_ERROR(DecodeBody(root, static_cast<uint32_t>(version), where, &m));
+  return m;
+}
+
+}  // namespace
+
+// ---- public -----------------------------------------------------------------
+
+std::string_view FieldTypeName(FieldType t) {
+  switch (t) {
+    case FieldType::kBytes:
+      return "bytes";
+    case FieldType::kInt64:
+      return "int64";
+  }
+  return "unknown";
+}
+
+std::string Manifest::IdHex() const { return HexBytes(dataset_id.data(), dataset_id.size()); }
+
+uint64_t Manifest::Id64() const {
+  // §5.2: the first 8 bytes, little-endian.
+  return LoadLE<uint64_t>(reinterpret_cast<const std::byte*>(dataset_id.data()));
+}
+
+int Manifest::FieldIndex(std::string_view name) const {
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (fields[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int64_t Manifest::ShardOf(uint64_t sample) const {
+  auto it =
+      std::upper_bound(shards.begin(), shards.end(), sample,
+                       [](uint64_t s, const ShardInfo& info) { return s < info.first_sample; });
+  if (it == shards.begin()) return -1;
+  --it;
+  if (sample - it->first_sample >= it->samples) return -1;
+  return it - shards.begin();
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  nlohmann::ordered_json j;
+  j["format_version"] = m.format_version;
+  j["dataset_id"] = m.IdHex();
+  j["created_by"] = m.created_by;
+  auto& fields = j["fields"] = nlohmann::ordered_json::array();
+  for (const FieldSpec& f : m.fields) {
+    fields.push_back({{"name", f.name}, {"type", FieldTypeName(f.type)}});
+  }
+  j["classes"] = m.classes;
+  j["sample_count"] = m.sample_count;
+  j["payload_bytes"] = m.payload_bytes;
+  j["max_sample_bytes"] = m.max_sample_bytes;
+  auto& shards = j["shards"] = nlohmann::ordered_json::array();
+  for (const ShardInfo& s : m.shards) {
+    shards.push_back({{"key", s.key},
+                      {"bytes", s.bytes},
+                      {"samples", s.samples},
+                      {"first_sample", s.first_sample},
+                      {"index_hash", Hex16(s.index_hash)}});
+  }
+  // error_handler_t::replace: invalid UTF-8 in a string becomes U+FFFD
+  // instead of an exception (§2.2).
+  std::string body = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  std::string out = std::string(kHeaderMagic) + std::to_string(m.format_version) + " " +
+                    std::to_string(body.size()) + " " +
+                    Hex16(Hash64(std::as_bytes(std::span(body.data(), body.size())))) + "\n";
+  out += body;
+  return out;
+}
+
+Result<Manifest> DecodeManifest(std::span<const std::byte> data, std::string_view where) {
+  // No exception may escape (STYLE.md rule 4); the parser is exception-free
+  // by construction, this is the belt to its braces (bad_alloc included).
+  try {
+    return DecodeManifestImpl(data, where);
+  } catch (const std::bad_alloc&) {
+    return Internal(std::string(where) + ": out of memory decoding the manifest");
+  } catch (const std::exception& e) {
+    return Corruption(std::string(where) + ": " + e.what());
+  } catch (...) {
+    return Corruption(std::string(where) + ": unknown error decoding the manifest");
+  }
+}
+
+DatasetId NewDatasetId() {
+  DatasetId id{};
+  size_t got = 0;
+  while (got < id.size()) {
+    ssize_t n = getrandom(id.data() + got, id.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      break;  // ENOSYS on an ancient kernel: fall back below
+    }
+  }
+  if (got < id.size()) {
+    std::random_device rd;
+    for (size_t i = got; i < id.size(); ++i) id[i] = static_cast<uint8_t>(rd());
+  }
+  return id;
+}
+
+std::string ShardKey(uint32_t shard_number) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shards/%06u.stks", shard_number);
+  return buf;
+}
+
+ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number) {
+  ShardExpectation e;
+  e.shard_number = shard_number;
+  e.dataset_id = m.dataset_id;
+  e.field_count = static_cast<uint32_t>(m.fields.size());
+  e.fields = m.fields;
+  if (shard_number < m.shards.size()) {
+    const ShardInfo& s = m.shards[shard_number];
+    e.key = s.key;
+    e.samples = s.samples;
+    e.bytes = s.bytes;
+    e.index_hash = s.index_hash;
+    e.first_sample = s.first_sample;
+  }
+  return e;
+}
+
+}  // namespace stoker::format

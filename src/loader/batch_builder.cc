@@ -1,0 +1,113 @@
+#include "loader/batch_builder.h"
+
+#include <cstring>
+
+namespace stoker {
+
+const Batch::BytesColumn* Batch::bytes(std::string_view name) const {
+  for (const auto& c : bytes_) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+const Batch::Int64Column* Batch::int64(std::string_view name) const {
+  for (const auto& c : int64_) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+const Batch::ImageColumn* Batch::image(std::string_view name) const {
+  for (const auto& c : images_) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+std::span<const std::byte> Batch::buffer() const {
+  if (!memory_) return {};
+  return {memory_->data(), memory_->size()};
+}
+
+Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec>& columns,
+                                  const DecodeOptions& decode, const BatchSamples& s,
+                                  uint64_t epoch, uint64_t index, LoaderState state_after) {
+  const size_t n = s.count;
+  // Pass 1: the layout. Every array starts on a kColumnAlignment boundary.
+  std::vector<uint64_t> column_offset(columns.size());
+  std::vector<uint64_t> column_data_offset(columns.size());
+  uint64_t size = 0;
+  const uint64_t ids_at = size;
+  size = AlignUp(size + n * sizeof(uint64_t), kColumnAlignment);
+  const uint64_t padding_at = size;
+  size = AlignUp(size + n, kColumnAlignment);
+  const uint64_t image_bytes = uint64_t(decode.height) * decode.width * 3;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    column_offset[c] = size;
+    const ColumnSpec& col = columns[c];
+    if (col.decode) {
+      size = AlignUp(size + n * image_bytes, kColumnAlignment);
+    } else if (col.type == format::FieldType::kInt64) {
+      size = AlignUp(size + n * sizeof(int64_t), kColumnAlignment);
+    } else {
+      uint64_t total = 0;
+      for (size_t i = 0; i < n; ++i) total += s.value(i, c).size();
+      column_data_offset[c] = AlignUp(size + (n + 1) * sizeof(uint64_t), kColumnAlignment);
+      size = AlignUp(column_data_offset[c] + total, kColumnAlignment);
+    }
+  }
+
+  Batch b;
+  b.memory_ = pool.Get(size);
+  std::byte* base = b.memory_->data();
+  b.epoch_ = epoch;
+  b.index_ = index;
+  b.state_after_ = state_after;
+
+  auto* ids = reinterpret_cast<uint64_t*>(base + ids_at);
+  std::memcpy(ids, s.sample_ids, n * sizeof(uint64_t));
+  b.sample_ids_ = {ids, n};
+  auto* pad = reinterpret_cast<uint8_t*>(base + padding_at);
+  if (s.padding != nullptr) {
+    std::memcpy(pad, s.padding, n);
+  } else {
+    std::memset(pad, 0, n);
+  }
+  b.padding_ = {pad, n};
+
+  // Pass 2: fill. One copy per value: shard buffer -> batch buffer.
+  thread_local std::vector<uint8_t> scratch;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    const ColumnSpec& col = columns[c];
+    std::byte* at = base + column_offset[c];
+    if (col.decode) {
+      auto* out = reinterpret_cast<uint8_t*>(at);
+      for (size_t i = 0; i < n; ++i) {
+        Status st = DecodeJpegResized(s.value(i, c), decode.height, decode.width,
+                                      {out + i * image_bytes, image_bytes}, &scratch);
+        if (!st.ok()) return st.WithContext(s.describe(i) + ": field '" + col.name + "'");
+      }
+      b.images_.push_back({col.name, {out, n * image_bytes}, decode.height, decode.width, 3});
+    } else if (col.type == format::FieldType::kInt64) {
+      auto* out = reinterpret_cast<int64_t*>(at);
+      for (size_t i = 0; i < n; ++i) std::memcpy(out + i, s.value(i, c).data(), sizeof(int64_t));
+      b.int64_.push_back({col.name, {out, n}});
+    } else {
+      auto* offsets = reinterpret_cast<uint64_t*>(at);
+      std::byte* data = base + column_data_offset[c];
+      uint64_t pos = 0;
+      for (size_t i = 0; i < n; ++i) {
+        auto v = s.value(i, c);
+        offsets[i] = pos;
+        if (!v.empty()) std::memcpy(data + pos, v.data(), v.size());
+        pos += v.size();
+      }
+      offsets[n] = pos;
+      b.bytes_.push_back({col.name, {offsets, n + 1}, {data, pos}});
+    }
+  }
+  return b;
+}
+
+}  // namespace stoker

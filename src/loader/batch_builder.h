@@ -1,0 +1,42 @@
+// Collation: turns a list of samples into one Batch (internal).
+//
+// Shared by the Loader and the per-file baseline, so both sides of every
+// comparison do the same collation and decode work.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loader/batch_memory.h"
+#include "stoker/loader.h"
+
+namespace stoker {
+
+struct ColumnSpec {
+  std::string name;
+  format::FieldType type = format::FieldType::kBytes;
+  // Decode this bytes column as JPEG into an image column.
+  bool decode = false;
+};
+
+struct BatchSamples {
+  size_t count = 0;
+  const uint64_t* sample_ids = nullptr;
+  const uint8_t* padding = nullptr;  // may be null: no padding
+  // The raw value of column c of sample i (an int64 column's 8 bytes).
+  std::function<std::span<const std::byte>(size_t i, size_t c)> value;
+  // "sample 17 (shards/000002.stks)": names sample i in messages.
+  std::function<std::string(size_t i)> describe;
+};
+
+class BatchBuilder {
+ public:
+  // Lays out and fills a batch from `samples` in a block from `pool`.
+  // Decode errors are Corruption naming the sample.
+  static Result<Batch> Build(BufferPool& pool, const std::vector<ColumnSpec>& columns,
+                             const DecodeOptions& decode, const BatchSamples& samples,
+                             uint64_t epoch, uint64_t index, LoaderState state_after);
+};
+
+}  // namespace stoker

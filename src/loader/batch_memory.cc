@@ -1,0 +1,68 @@
+#include "loader/batch_memory.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace stoker {
+
+BatchMemory::BatchMemory(size_t capacity, size_t alignment) : capacity_(AlignUp(capacity, alignment)) {
+  data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, capacity_ ? capacity_ : alignment));
+  if (data_ == nullptr) throw std::bad_alloc();
+}
+
+BatchMemory::~BatchMemory() { std::free(data_); }
+
+std::shared_ptr<BatchMemory> BufferPool::Get(size_t bytes) {
+  std::unique_ptr<BatchMemory> block;
+  {
+    std::lock_guard lock(mu_);
+    // Best fit among the free blocks, so big blocks are kept for big batches.
+    size_t best = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i]->capacity() >= bytes &&
+          (best == free_.size() || free_[i]->capacity() < free_[best]->capacity())) {
+        best = i;
+      }
+    }
+    if (best != free_.size()) {
+      block = std::move(free_[best]);
+      free_.erase(free_.begin() + static_cast<ptrdiff_t>(best));
+    } else if (!free_.empty()) {
+      // None fits: drop the largest free one so the total stays bounded.
+      size_t largest = 0;
+      for (size_t i = 1; i < free_.size(); ++i) {
+        if (free_[i]->capacity() > free_[largest]->capacity()) largest = i;
+      }
+      allocated_ -= free_[largest]->capacity();
+      free_.erase(free_.begin() + static_cast<ptrdiff_t>(largest));
+    }
+  }
+  if (!block) {
+    block = std::make_unique<BatchMemory>(slack_ ? bytes + bytes / 8 : bytes, alignment_);
+    uint64_t now = allocated_ += block->capacity();
+    uint64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+  block->set_size(bytes);
+  std::weak_ptr<BufferPool> weak = weak_from_this();
+  return std::shared_ptr<BatchMemory>(block.release(), [weak](BatchMemory* m) {
+    if (auto pool = weak.lock()) {
+      pool->Return(m);
+    } else {
+      delete m;
+    }
+  });
+}
+
+void BufferPool::Return(BatchMemory* m) {
+  std::lock_guard lock(mu_);
+  if (free_.size() < max_free_) {
+    free_.emplace_back(m);
+  } else {
+    allocated_ -= m->capacity();
+    delete m;
+  }
+}
+
+}  // namespace stoker

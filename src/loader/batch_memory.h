@@ -1,0 +1,74 @@
+// Pooled, aligned memory behind batches and shard reads (internal).
+//
+// A BufferPool hands out aligned blocks and takes them back; a block given
+// back after its pool is gone is simply freed, so a Batch may outlive its
+// Loader. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "stoker/loader.h"
+
+namespace stoker {
+
+// 64 bytes: a cache line, and what DLPack consumers and SIMD loads like.
+inline constexpr size_t kColumnAlignment = 64;
+
+inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+class BufferPool;
+
+// One aligned block. Owned by a shared_ptr whose deleter returns it to the pool.
+class BatchMemory {
+ public:
+  BatchMemory(size_t capacity, size_t alignment);
+  ~BatchMemory();
+  BatchMemory(const BatchMemory&) = delete;
+  BatchMemory& operator=(const BatchMemory&) = delete;
+
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+  // Bytes of the block in use by its current holder.
+  size_t size() const { return size_; }
+  void set_size(size_t n) { size_ = n; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t capacity_ = 0;
+  size_t size_ = 0;
+};
+
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  // Keeps at most `max_free` free blocks. With `slack`, a new block gets 1/8
+  // more than asked, since batch sizes vary with their samples' sizes.
+  BufferPool(size_t alignment, size_t max_free, bool slack)
+      : alignment_(alignment), max_free_(max_free), slack_(slack) {}
+
+  // A block of at least `bytes`, reused when a free one is large enough.
+  std::shared_ptr<BatchMemory> Get(size_t bytes);
+
+  // Bytes currently allocated by this pool (free or in use).
+  uint64_t allocated_bytes() const { return allocated_.load(); }
+  uint64_t peak_bytes() const { return peak_.load(); }
+
+ private:
+  void Return(BatchMemory* m);
+
+  const size_t alignment_;
+  const size_t max_free_;
+  const bool slack_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<BatchMemory>> free_;
+  std::atomic<uint64_t> allocated_{0};
+  std::atomic<uint64_t> peak_{0};
+};
+
+}  // namespace stoker

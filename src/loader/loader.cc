@@ -1,0 +1,588 @@
+// The Loader: epoch plan -> whole-shard reads -> collate workers -> batches.
+//
+// Threads per epoch: one reader (submits shard reads through a ReadQueue,
+// parses and validates each shard as it lands) and `threads` collate workers
+// (build batches in any order, at most prefetch_batches ahead of the
+// consumer). Next() hands batches out in plan order.
+//
+// Memory: shard buffers come from a fixed number of slots sized to the
+// largest shard, computed from memory_budget; Open checks that the slots can
+// hold every shard that one batch position keeps alive (see MaxLiveShards),
+// which is what makes the reader/worker hand-off deadlock-free: the reader
+// loads shards in order of first use, and a shard's slot is freed as soon as
+// the last batch using it is built.
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "loader/batch_builder.h"
+#include "loader/batch_memory.h"
+#include "stoker/loader.h"
+#include "stoker/plan.h"
+
+namespace stoker {
+namespace {
+
+using format::Manifest;
+using format::ShardView;
+
+enum class ShardState { kPending, kReading, kReady, kFailed };
+
+// Per-epoch bookkeeping of one shard this rank uses.
+struct ShardUse {
+  uint32_t shard = 0;
+  uint64_t first_batch = 0;
+  uint64_t last_batch = 0;
+  uint64_t batches_left = 0;  // batches not yet built that use this shard
+  ShardState state = ShardState::kPending;
+  Status error;
+  std::shared_ptr<BatchMemory> buffer;
+  ShardView view;
+  uint32_t attempts = 0;
+};
+
+// Per-epoch pipeline state. Everything mutable is guarded by mu.
+struct Epoch {
+  EpochPlan plan;
+  // For each of this rank's samples j: index into `uses`, and the sample's
+  // index within its shard.
+  std::vector<uint32_t> use_of_sample;
+  std::vector<uint32_t> local_of_sample;
+  // Distinct shard uses of each batch.
+  std::vector<std::vector<uint32_t>> batch_uses;
+  std::vector<ShardUse> uses;  // in order of first use: the read order
+
+  std::mutex mu;
+  std::condition_variable cv;  // any state change; waiters re-check
+  bool stop = false;
+  uint64_t slots_free = 0;
+  uint64_t next_read = 0;       // next index in `uses` to read
+  uint64_t next_build = 0;      // next batch a worker may take
+  uint64_t next_consume = 0;    // next batch Next() returns
+  std::map<uint64_t, Result<Batch>> ready;
+  Status failed;  // sticky: the first error delivered by Next()
+
+  std::thread reader;
+  std::vector<std::thread> workers;
+
+  explicit Epoch(EpochPlan p) : plan(std::move(p)) {}
+};
+
+// The most shard uses alive at any one batch: a use is alive from its first
+// batch to its last.
+uint64_t MaxLiveShards(const std::vector<ShardUse>& uses, uint64_t num_batches) {
+  std::vector<int64_t> delta(num_batches + 1, 0);
+  for (const auto& u : uses) {
+    delta[u.first_batch]++;
+    delta[u.last_batch + 1]--;
+  }
+  int64_t live = 0, best = 0;
+  for (uint64_t b = 0; b < num_batches; ++b) {
+    live += delta[b];
+    best = std::max(best, live);
+  }
+  return uint64_t(best);
+}
+
+class LoaderImpl final : public Loader {
+ public:
+  LoaderImpl(std::shared_ptr<Store> store, Manifest manifest, LoaderOptions options,
+             std::vector<ColumnSpec> columns, std::vector<int> column_fields)
+      : store_(std::move(store)),
+        manifest_(std::move(manifest)),
+        options_(std::move(options)),
+        columns_(std::move(columns)),
+        column_fields_(std::move(column_fields)) {
+    for (const auto& s : manifest_.shards) {
+      shard_samples_.push_back(s.samples);
+      max_shard_bytes_ = std::max(max_shard_bytes_, s.bytes);
+    }
+    // Shard slots are all the size of the largest shard, so any slot serves
+    // any shard and the budget arithmetic is exact.
+    shard_pool_ = std::make_shared<BufferPool>(kDirectIoAlignment, SIZE_MAX, /*slack=*/false);
+    batch_pool_ = std::make_shared<BufferPool>(kColumnAlignment, options_.prefetch_batches + 2,
+                                               /*slack=*/true);
+  }
+
+  ~LoaderImpl() override { StopEpoch(); }
+
+  Status Init() {
+    // The slots the budget allows, after the batches built ahead.
+    uint64_t batch_bytes = EstimatedBatchBytes();
+    uint64_t reserve = batch_bytes * (options_.prefetch_batches + 1);
+    if (max_shard_bytes_ == 0) {
+      slots_ = 1;
+    } else {
+      slots_ = options_.memory_budget > reserve
+                   ? (options_.memory_budget - reserve) / max_shard_bytes_
+                   : 0;
+    }
+    return StartEpoch(0, 0);
+  }
+
+  const Manifest& manifest() const override { return manifest_; }
+  const LoaderOptions& options() const override { return options_; }
+
+  Status StartEpoch(uint64_t epoch, uint64_t position) override {
+    StopEpoch();
+    PlanOptions po;
+    po.seed = options_.seed;
+    po.shuffle = options_.shuffle;
+    po.shuffle_window_shards = options_.shuffle_window_shards;
+    po.batch_size = options_.batch_size;
+    po.rank = options_.rank;
+    po.world_size = options_.world_size;
+    po.drop_last = options_.drop_last;
+    STOKER_ASSIGN_OR_RETURN(EpochPlan plan,
+                            EpochPlan::Make(manifest_.Id64(), shard_samples_, po, epoch, position));
+    auto e = std::make_unique<Epoch>(std::move(plan));
+    BuildSchedule(*e);
+    const uint64_t need = MaxLiveShards(e->uses, e->plan.num_batches());
+    if (need > slots_) {
+      const uint64_t reserve = EstimatedBatchBytes() * (options_.prefetch_batches + 1);
+      return InvalidArgument(
+          "memory_budget " + std::to_string(options_.memory_budget >> 20) +
+          " MiB is too small: this plan keeps " + std::to_string(need) + " shards of up to " +
+          std::to_string(max_shard_bytes_ >> 10) + " KiB alive at once; it needs at least " +
+          std::to_string((need * max_shard_bytes_ + reserve + (1 << 20) - 1) >> 20) +
+          " MiB (or a smaller shuffle_window_shards, batch_size or prefetch_batches)");
+    }
+    e->slots_free = slots_;
+    epoch_ = std::move(e);
+    last_state_ = {epoch, position};
+    Epoch* ep = epoch_.get();
+    ep->reader = std::thread([this, ep] { ReaderLoop(*ep); });
+    uint32_t threads = options_.threads;
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    for (uint32_t i = 0; i < threads; ++i) {
+      ep->workers.emplace_back([this, ep] { WorkerLoop(*ep); });
+    }
+    return Status::Ok();
+  }
+
+  Result<Batch> Next() override {
+    if (!epoch_) return InvalidArgument("no epoch started (the last StartEpoch failed)");
+    Epoch& e = *epoch_;
+    std::unique_lock lock(e.mu);
+    if (!e.failed.ok()) return e.failed;
+    if (e.next_consume >= e.plan.num_batches()) {
+      return OutOfRange("epoch " + std::to_string(e.plan.epoch()) + " is over");
+    }
+    const auto start = Clock::now();
+    e.cv.wait(lock, [&] { return e.ready.count(e.next_consume) > 0; });
+    const auto waited = Clock::now() - start;
+    auto node = e.ready.extract(e.next_consume);
+    e.next_consume++;
+    e.cv.notify_all();
+    Result<Batch> r = std::move(node.mapped());
+    if (!r.ok()) {
+      e.failed = r.status();
+      return r;
+    }
+    last_state_ = r->state_after();
+    std::lock_guard stats_lock(stats_mu_);
+    stats_.wait_time += waited;
+    stats_.batches_delivered++;
+    stats_.samples_delivered += r->size();
+    return r;
+  }
+
+  uint64_t num_batches() const override { return epoch_ ? epoch_->plan.num_batches() : 0; }
+  LoaderState state() const override { return last_state_; }
+  LoaderStats stats() const override {
+    LoaderStats s;
+    {
+      std::lock_guard lock(stats_mu_);
+      s = stats_;
+    }
+    s.peak_buffer_bytes = shard_pool_->peak_bytes() + batch_pool_->peak_bytes();
+    return s;
+  }
+
+ private:
+  uint64_t EstimatedBatchBytes() const {
+    uint64_t per_sample = 16;
+    const uint64_t avg_field = manifest_.max_sample_bytes;
+    for (const auto& c : columns_) {
+      if (c.decode) {
+        per_sample += uint64_t(options_.decode.height) * options_.decode.width * 3;
+      } else if (c.type == format::FieldType::kInt64) {
+        per_sample += 8;
+      } else {
+        per_sample += 8 + avg_field;
+      }
+    }
+    return per_sample * options_.batch_size;
+  }
+
+  void BuildSchedule(Epoch& e) {
+    const EpochPlan& p = e.plan;
+    const uint64_t nb = p.num_batches();
+    e.use_of_sample.resize(p.rank_samples());
+    e.local_of_sample.resize(p.rank_samples());
+    e.batch_uses.resize(nb);
+    std::vector<int64_t> use_of_shard(manifest_.shards.size(), -1);
+    std::vector<uint64_t> added_in_batch;  // per use: last batch it was added to, + 1
+    for (uint64_t b = 0; b < nb; ++b) {
+      uint64_t first, count;
+      p.BatchRange(b, &first, &count);
+      for (uint64_t j = first; j < first + count; ++j) {
+        const uint64_t id = p.RankSample(j);
+        const auto s = static_cast<uint32_t>(manifest_.ShardOf(id));
+        if (use_of_shard[s] < 0) {
+          use_of_shard[s] = int64_t(e.uses.size());
+          ShardUse u;
+          u.shard = s;
+          u.first_batch = b;
+          e.uses.push_back(std::move(u));
+          added_in_batch.push_back(0);
+        }
+        const auto u = static_cast<uint32_t>(use_of_shard[s]);
+        if (added_in_batch[u] != b + 1) {
+          added_in_batch[u] = b + 1;
+          e.batch_uses[b].push_back(u);
+          e.uses[u].batches_left++;
+          e.uses[u].last_batch = b;
+        }
+        e.use_of_sample[j] = u;
+        e.local_of_sample[j] = static_cast<uint32_t>(id - manifest_.shards[s].first_sample);
+      }
+    }
+  }
+
+  void StopEpoch() {
+    if (!epoch_) return;
+    {
+      std::lock_guard lock(epoch_->mu);
+      epoch_->stop = true;
+    }
+    epoch_->cv.notify_all();
+    if (epoch_->reader.joinable()) epoch_->reader.join();
+    for (auto& w : epoch_->workers) {
+      if (w.joinable()) w.join();
+    }
+    epoch_.reset();  // shard buffers go back to the pool; batches in `ready` are freed
+  }
+
+  // ---- reader ---------------------------------------------------------------
+  void ReaderLoop(Epoch& e) {
+    ReadQueueOptions qo;
+    qo.depth = std::max(1u, options_.reads_in_flight);
+    qo.direct_io = options_.direct_io;
+    auto queue_or = store_->NewReadQueue(qo);
+    if (!queue_or.ok()) {
+      FailAll(e, queue_or.status());
+      return;
+    }
+    std::unique_ptr<ReadQueue> queue = std::move(queue_or).value();
+    std::vector<ReadCompletion> done;
+    std::vector<std::pair<uint64_t, Deadline>> retry_at;  // use index, when
+    std::map<uint64_t, Deadline> started;                 // use index -> read deadline
+    while (true) {
+      std::vector<ReadRequest> batch;
+      {
+        std::unique_lock lock(e.mu);
+        if (e.stop) break;
+        // Retries first: they are older than anything new.
+        const auto now = Clock::now();
+        for (auto it = retry_at.begin(); it != retry_at.end();) {
+          if (it->second <= now) {
+            batch.push_back(RequestFor(e, it->first));
+            it = retry_at.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        while (e.next_read < e.uses.size() && e.slots_free > 0 &&
+               queue->Outstanding() + batch.size() < qo.depth) {
+          ShardUse& u = e.uses[e.next_read];
+          u.buffer = shard_pool_->Get(max_shard_bytes_);
+          u.state = ShardState::kReading;
+          e.slots_free--;
+          batch.push_back(RequestFor(e, e.next_read));
+          e.next_read++;
+        }
+        if (batch.empty() && queue->Outstanding() == 0 && retry_at.empty()) {
+          if (e.next_read >= e.uses.size()) break;  // every shard read
+          e.cv.wait(lock, [&] { return e.stop || e.slots_free > 0; });
+          continue;
+        }
+      }
+      for (const auto& r : batch) started[r.tag] = Clock::now() + options_.read_timeout;
+      if (!batch.empty()) {
+        Status st = queue->Submit(batch);
+        if (!st.ok()) {
+          FailAll(e, st);
+          break;
+        }
+      }
+      done.clear();
+      // Wake up now and then to notice stop, retries due and overdue reads.
+      auto wait_or = queue->Wait(1, Clock::now() + std::chrono::milliseconds(50), &done);
+      (void)wait_or;  // TimedOut just means nothing landed in this slice
+      for (auto& c : done) {
+        started.erase(c.tag);
+        OnRead(e, c, &retry_at);
+      }
+      const auto now = Clock::now();
+      for (const auto& [use, deadline] : started) {
+        if (deadline < now) {
+          const auto& key = manifest_.shards[e.uses[use].shard].key;
+          FailAll(e, TimedOut(store_->uri() + "/" + key + ": read did not complete within " +
+                              std::to_string(options_.read_timeout.count()) + " ms"));
+          // The queue still owns buffers of outstanding reads; its destructor
+          // (below) waits for them before the buffers can be reused.
+          return;
+        }
+      }
+    }
+  }
+
+  ReadRequest RequestFor(Epoch& e, uint64_t use) {
+    ShardUse& u = e.uses[use];
+    const auto& info = manifest_.shards[u.shard];
+    ReadRequest r;
+    r.key = info.key;
+    r.offset = 0;
+    r.dst = {u.buffer->data(), info.bytes};
+    r.tag = use;
+    u.attempts++;
+    return r;
+  }
+
+  void OnRead(Epoch& e, const ReadCompletion& c, std::vector<std::pair<uint64_t, Deadline>>* retry) {
+    ShardUse& u = e.uses[c.tag];
+    const auto& info = manifest_.shards[u.shard];
+    Status st = c.status;
+    if (st.ok() && c.bytes != info.bytes) {
+      st = Corruption(store_->uri() + "/" + info.key + ": truncated: read " +
+                      std::to_string(c.bytes) + " bytes, the manifest says " +
+                      std::to_string(info.bytes));
+    }
+    if (!st.ok() && st.retryable() && u.attempts <= options_.read_retries) {
+      // Exponential backoff from 50 ms: a restarting OSD needs a moment.
+      auto delay = std::chrono::milliseconds(50 << std::min<uint32_t>(u.attempts - 1, 6));
+      retry->emplace_back(c.tag, Clock::now() + delay);
+      std::lock_guard lock(stats_mu_);
+      stats_.read_retries++;
+      return;
+    }
+    if (st.ok()) {
+      auto view = ShardView::Parse({u.buffer->data(), info.bytes},
+                                   format::ExpectationFor(manifest_, u.shard));
+      if (view.ok()) {
+        u.view = std::move(view).value();
+      } else {
+        st = view.status();
+      }
+    } else if (st.code() != Code::kCorruption) {
+      st = st.WithContext("reading shard " + info.key + " of " + store_->uri());
+    }
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.shards_read += st.ok();
+      stats_.bytes_read += st.ok() ? c.bytes : 0;
+    }
+    std::lock_guard lock(e.mu);
+    u.state = st.ok() ? ShardState::kReady : ShardState::kFailed;
+    u.error = st;
+    e.cv.notify_all();
+  }
+
+  void FailAll(Epoch& e, const Status& st) {
+    std::lock_guard lock(e.mu);
+    for (auto& u : e.uses) {
+      if (u.state == ShardState::kPending || u.state == ShardState::kReading) {
+        u.state = ShardState::kFailed;
+        u.error = st;
+      }
+    }
+    e.cv.notify_all();
+  }
+
+  // ---- collate workers ------------------------------------------------------
+  void WorkerLoop(Epoch& e) {
+    const uint64_t nb = e.plan.num_batches();
+    while (true) {
+      uint64_t b;
+      Status shard_error;
+      {
+        std::unique_lock lock(e.mu);
+        e.cv.wait(lock, [&] {
+          return e.stop || e.next_build >= nb ||
+                 e.next_build < e.next_consume + std::max(1u, options_.prefetch_batches);
+        });
+        if (e.stop || e.next_build >= nb) return;
+        b = e.next_build++;
+        // Wait for this batch's shards (or an error in one of them).
+        e.cv.wait(lock, [&] {
+          if (e.stop) return true;
+          for (uint32_t u : e.batch_uses[b]) {
+            if (e.uses[u].state != ShardState::kReady && e.uses[u].state != ShardState::kFailed) {
+              return false;
+            }
+          }
+          return true;
+        });
+        if (e.stop) return;
+        for (uint32_t u : e.batch_uses[b]) {
+          if (e.uses[u].state == ShardState::kFailed) {
+            shard_error = e.uses[u].error;
+            break;
+          }
+        }
+      }
+      Result<Batch> batch = shard_error.ok() ? BuildBatch(e, b) : Result<Batch>(shard_error);
+      std::lock_guard lock(e.mu);
+      for (uint32_t u : e.batch_uses[b]) {
+        ShardUse& use = e.uses[u];
+        if (--use.batches_left == 0 && use.buffer) {
+          // Only a landed read may give its buffer back: a failed-over read
+          // may still be in flight into it.
+          if (use.state == ShardState::kReady) {
+            use.buffer.reset();
+            use.view = ShardView();
+            e.slots_free++;
+          }
+        }
+      }
+      e.ready.emplace(b, std::move(batch));
+      e.cv.notify_all();
+    }
+  }
+
+  Result<Batch> BuildBatch(Epoch& e, uint64_t b) {
+    uint64_t first, count;
+    e.plan.BatchRange(b, &first, &count);
+    std::vector<uint64_t> ids(count);
+    std::vector<uint8_t> padding(count);
+    for (uint64_t k = 0; k < count; ++k) {
+      ids[k] = e.plan.RankSample(first + k);
+      padding[k] = e.plan.IsPadding(first + k);
+    }
+    // Every sample is checked before it is delivered.
+    for (uint64_t k = 0; k < count; ++k) {
+      const ShardUse& u = e.uses[e.use_of_sample[first + k]];
+      Status st = u.view.VerifySample(e.local_of_sample[first + k]);
+      if (!st.ok()) return st.WithContext(store_->uri());
+    }
+    BatchSamples s;
+    s.count = count;
+    s.sample_ids = ids.data();
+    s.padding = padding.data();
+    s.value = [&](size_t i, size_t c) {
+      const ShardUse& u = e.uses[e.use_of_sample[first + i]];
+      return u.view.Field(e.local_of_sample[first + i], uint32_t(column_fields_[c]));
+    };
+    s.describe = [&](size_t i) {
+      const ShardUse& u = e.uses[e.use_of_sample[first + i]];
+      return store_->uri() + "/" + manifest_.shards[u.shard].key + ": sample " +
+             std::to_string(ids[i]);
+    };
+    return BatchBuilder::Build(*batch_pool_, columns_, options_.decode, s, e.plan.epoch(),
+                               b + BatchOffset(e), {e.plan.epoch(), e.plan.PositionAfter(b + 1)});
+  }
+
+  // Batches before the start position, so Batch::index counts from the
+  // epoch's start also after a resume.
+  uint64_t BatchOffset(const Epoch& e) const {
+    const uint64_t per_step = uint64_t(options_.batch_size) * options_.world_size;
+    return e.plan.start_position() / per_step;
+  }
+
+  std::shared_ptr<Store> store_;
+  const Manifest manifest_;
+  const LoaderOptions options_;
+  const std::vector<ColumnSpec> columns_;
+  const std::vector<int> column_fields_;  // manifest field index of each column
+  std::vector<uint32_t> shard_samples_;
+  uint64_t max_shard_bytes_ = 0;
+  uint64_t slots_ = 0;
+  std::shared_ptr<BufferPool> shard_pool_;
+  std::shared_ptr<BufferPool> batch_pool_;
+  std::unique_ptr<Epoch> epoch_;
+  LoaderState last_state_;
+  mutable std::mutex stats_mu_;
+  LoaderStats stats_;
+};
+
+Status ValidateOptions(const LoaderOptions& o) {
+  if (o.batch_size == 0) return InvalidArgument("batch_size must be at least 1");
+  if (o.world_size == 0) return InvalidArgument("world_size must be at least 1");
+  if (o.rank >= o.world_size) {
+    return InvalidArgument("rank " + std::to_string(o.rank) + " must be below world_size " +
+                           std::to_string(o.world_size));
+  }
+  if (o.reads_in_flight == 0) return InvalidArgument("reads_in_flight must be at least 1");
+  if (o.shuffle_window_shards == 0) return InvalidArgument("shuffle_window_shards must be >= 1");
+  if (!o.decode.field.empty() && (o.decode.height == 0 || o.decode.width == 0 ||
+                                  o.decode.height > 8192 || o.decode.width > 8192)) {
+    return InvalidArgument("decode size must be between 1x1 and 8192x8192");
+  }
+  if (o.read_timeout.count() <= 0) return InvalidArgument("read_timeout must be positive");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<format::Manifest> ReadManifest(Store& store) {
+  auto raw = store.ReadAll(format::kManifestKey);
+  if (!raw.ok()) {
+    if (raw.status().code() == Code::kNotFound) {
+      return NotFound("no stoker dataset at " + store.uri() + " (no " +
+                      std::string(format::kManifestKey) + ")");
+    }
+    return raw.status();
+  }
+  return format::DecodeManifest(*raw, store.uri() + "/" + std::string(format::kManifestKey));
+}
+
+Result<std::unique_ptr<Loader>> Loader::Open(std::string_view uri, const LoaderOptions& options) {
+  STOKER_RETURN_IF_ERROR(ValidateOptions(options));
+  STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, OpenStore(uri, options.store));
+  return Open(std::move(store), options);
+}
+
+Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
+                                             const LoaderOptions& options) {
+  STOKER_RETURN_IF_ERROR(ValidateOptions(options));
+  STOKER_ASSIGN_OR_RETURN(format::Manifest manifest, ReadManifest(*store));
+
+  std::vector<ColumnSpec> columns;
+  std::vector<int> fields;
+  std::vector<std::string> wanted = options.fields;
+  if (wanted.empty()) {
+    for (const auto& f : manifest.fields) wanted.push_back(f.name);
+  }
+  bool decode_found = options.decode.field.empty();
+  for (const auto& name : wanted) {
+    const int f = manifest.FieldIndex(name);
+    if (f < 0) {
+      std::string have;
+      for (const auto& x : manifest.fields) have += (have.empty() ? "" : ", ") + x.name;
+      return InvalidArgument("no field '" + name + "' in " + store->uri() + " (fields: " + have +
+                             ")");
+    }
+    ColumnSpec c{name, manifest.fields[f].type, name == options.decode.field};
+    if (c.decode) {
+      if (c.type != format::FieldType::kBytes) {
+        return InvalidArgument("decode field '" + name + "' is not a bytes field");
+      }
+      decode_found = true;
+    }
+    columns.push_back(c);
+    fields.push_back(f);
+  }
+  if (!decode_found) {
+    return InvalidArgument("decode field '" + options.decode.field + "' is not among the fields " +
+                           "delivered from " + store->uri());
+  }
+  auto impl = std::make_unique<LoaderImpl>(std::move(store), std::move(manifest), options,
+                                           std::move(columns), std::move(fields));
+  STOKER_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Loader>(std::move(impl));
+}
+
+}  // namespace stoker

@@ -1,0 +1,170 @@
+// The in-memory store, for unit tests: the same semantics as the real
+// backends, without a filesystem.
+//
+// Objects are immutable shared buffers, so a Put is atomic by construction (it
+// swaps one pointer under the lock) and a reader copies from the snapshot it
+// took, outside the lock. Reads complete synchronously inside Submit; Wait
+// only hands them out.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "stoker/store.h"
+#include "store/store_internal.h"
+
+namespace stoker {
+namespace {
+
+using store_internal::Quote;
+using Bytes = std::vector<std::byte>;
+
+// What a store and its read queues share; queues keep it alive, so a queue may
+// outlive its store.
+struct MemoryState {
+  explicit MemoryState(std::string u) : uri(std::move(u)) {}
+
+  const std::string uri;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const Bytes>, std::less<>> objects;  // guarded by mu
+
+  Result<std::shared_ptr<const Bytes>> Get(std::string_view key) {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    std::lock_guard lock(mu);
+    auto it = objects.find(key);
+    if (it == objects.end()) return NotFound(uri + ": " + Quote(key) + ": no such object");
+    return it->second;
+  }
+};
+
+class MemoryReadQueue final : public ReadQueue {
+ public:
+  explicit MemoryReadQueue(std::shared_ptr<MemoryState> state) : state_(std::move(state)) {}
+
+  Status Submit(std::span<const ReadRequest> requests) override {
+    for (const ReadRequest& r : requests) ready_.push_back(Execute(r));
+    return Status::Ok();
+  }
+
+  Result<size_t> Wait(size_t min_completions, Deadline deadline,
+                      std::vector<ReadCompletion>* out) override {
+    if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
+    // Everything submitted is complete already, so min_completions (capped at
+    // Outstanding) is always met and the deadline never matters.
+    const size_t n = ready_.size();
+    out->insert(out->end(), std::make_move_iterator(ready_.begin()),
+                std::make_move_iterator(ready_.end()));
+    ready_.clear();
+    return n;
+  }
+
+  size_t Outstanding() const override { return ready_.size(); }
+
+ private:
+  ReadCompletion Execute(const ReadRequest& r) {
+    ReadCompletion c;
+    c.tag = r.tag;
+    auto object = state_->Get(r.key);
+    if (!object.ok()) {
+      c.status = object.status();
+      return c;
+    }
+    const Bytes& data = **object;
+    if (r.offset < data.size()) {
+      c.bytes = std::min<uint64_t>(r.dst.size(), data.size() - r.offset);
+      if (c.bytes > 0) std::memcpy(r.dst.data(), data.data() + r.offset, c.bytes);
+    }
+    return c;
+  }
+
+  std::shared_ptr<MemoryState> state_;
+  std::vector<ReadCompletion> ready_;
+};
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(std::string uri) : state_(std::make_shared<MemoryState>(std::move(uri))) {}
+
+  const std::string& uri() const override { return state_->uri; }
+
+  Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
+    if (options.depth == 0) return InvalidArgument("ReadQueueOptions::depth must be at least 1");
+    return std::unique_ptr<ReadQueue>(std::make_unique<MemoryReadQueue>(state_));
+  }
+
+  // Whole-object reads take one snapshot, so unlike the default (Stat, then
+  // Read) they never see a concurrent Put change the size.
+  Result<std::vector<std::byte>> ReadAll(std::string_view key) override {
+    STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const Bytes> object, state_->Get(key));
+    return *object;
+  }
+
+  Status Put(std::string_view key, std::span<const std::byte> data) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    // Copy outside the lock; publish with one pointer swap.
+    auto object = std::make_shared<const Bytes>(data.begin(), data.end());
+    std::shared_ptr<const Bytes> old;
+    {
+      std::lock_guard lock(state_->mu);
+      auto& slot = state_->objects[std::string(key)];
+      old = std::move(slot);  // freed outside the lock
+      slot = std::move(object);
+    }
+    return Status::Ok();
+  }
+
+  Result<ObjectInfo> Stat(std::string_view key) override {
+    STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const Bytes> object, state_->Get(key));
+    return ObjectInfo{std::string(key), object->size()};
+  }
+
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    STOKER_RETURN_IF_ERROR(store_internal::ValidatePrefix(prefix));
+    std::vector<ObjectInfo> out;
+    std::lock_guard lock(state_->mu);
+    for (auto it = state_->objects.lower_bound(prefix);
+         it != state_->objects.end() && it->first.starts_with(prefix); ++it) {
+      out.push_back({it->first, it->second->size()});
+    }
+    return out;
+  }
+
+  Status Remove(std::string_view key) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    std::shared_ptr<const Bytes> old;
+    std::lock_guard lock(state_->mu);
+    auto it = state_->objects.find(key);
+    if (it == state_->objects.end()) {
+      return NotFound(state_->uri + ": " + Quote(key) + ": no such object");
+    }
+    old = std::move(it->second);
+    state_->objects.erase(it);
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<MemoryState> state_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> NewMemoryStore(std::string name) {
+  return std::make_shared<MemoryStore>("mem://" + name);
+}
+
+namespace store_internal {
+
+std::shared_ptr<Store> OpenNamedMemoryStore(std::string_view name) {
+  // Never destroyed: stores registered here live as long as the process, and
+  // leaking the map avoids destruction-order trouble at exit.
+  static std::mutex* mu = new std::mutex;
+  static auto* registry = new std::unordered_map<std::string, std::shared_ptr<Store>>;
+  std::lock_guard lock(*mu);
+  auto& slot = (*registry)[std::string(name)];
+  if (slot == nullptr) slot = NewMemoryStore(std::string(name));
+  return slot;
+}
+
+}  // namespace store_internal
+}  // namespace stoker

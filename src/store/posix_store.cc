@@ -1,0 +1,517 @@
+// The POSIX store: objects are regular files under a root folder, a key's
+// '/'-separated components being folders.
+//
+// Put is atomic and durable the classic way: the bytes go to a temporary file
+// in the object's folder, which is fsync'ed and renamed over the object, and
+// then the folder is fsync'ed. Temporary names start with '.' (".NAME.tmp.PID.N"),
+// and no key component may start with '.' (ValidateKey), so a temporary file
+// can never be addressed, listed or mistaken for an object, also when a killed
+// writer leaves one behind.
+//
+// Reads go through one of two engines behind ReadQueue: io_uring, or a thread
+// pool running pread when io_uring is unavailable (see NewPosixStore).
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+
+#include "store/posix_internal.h"
+#include "store/store_internal.h"
+
+namespace stoker {
+namespace posix {
+
+using store_internal::Quote;
+
+std::string JoinPath(std::string_view root, std::string_view key) {
+  std::string path;
+  path.reserve(root.size() + 1 + key.size());
+  path.append(root);
+  path.push_back('/');
+  path.append(key);
+  return path;
+}
+
+Status CheckReadRequest(std::string_view key, uint64_t offset, std::span<std::byte> dst,
+                        bool direct) {
+  STOKER_RETURN_IF_ERROR(ValidateKey(key));
+  constexpr uint64_t kMaxOffset = std::numeric_limits<off_t>::max();
+  if (offset > kMaxOffset || dst.size() > kMaxOffset - offset) {
+    return InvalidArgument(Quote(key) + ": read range [" + std::to_string(offset) + ", +" +
+                           std::to_string(dst.size()) + ") is beyond the largest file offset");
+  }
+  if (direct) {
+    const auto address = reinterpret_cast<uintptr_t>(dst.data());
+    if (address % kDirectIoAlignment != 0 || offset % kDirectIoAlignment != 0) {
+      return InvalidArgument(Quote(key) + ": direct_io read needs dst and offset aligned to " +
+                             std::to_string(kDirectIoAlignment) + " bytes (offset " +
+                             std::to_string(offset) + ", dst at address % " +
+                             std::to_string(kDirectIoAlignment) + " = " +
+                             std::to_string(address % kDirectIoAlignment) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+Status NotAnObject(const std::string& path) {
+  return NotFound(path + ": is a folder, not an object");
+}
+
+}  // namespace
+
+int OpenFlags(bool direct) { return O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0); }
+
+Status OpenErrorStatus(int err, const std::string& path, bool direct) {
+  if (direct && err == EINVAL) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return NotAnObject(path);
+    return Unsupported("open " + path +
+                       ": the filesystem does not support O_DIRECT (ReadQueueOptions::direct_io)");
+  }
+  return ErrnoToStatus(err, "open " + path);
+}
+
+Result<int> OpenForRead(const std::string& path, bool direct) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), OpenFlags(direct));
+  } while (fd < 0 && errno == EINTR);
+  if (fd >= 0) return fd;
+  return OpenErrorStatus(errno, path, direct);
+}
+
+Status ReadErrorStatus(int err, const std::string& path, bool direct) {
+  if (err == EISDIR) return NotAnObject(path);
+  Status st = ErrnoToStatus(err, "read " + path);
+  if (direct && err == EINVAL) {
+    return st.WithContext("direct_io (does the device need more than " +
+                          std::to_string(kDirectIoAlignment) + "-byte alignment?)");
+  }
+  return st;
+}
+
+namespace {
+
+// One pread, retried on EINTR/EAGAIN. Returns bytes (0 at EOF) or -errno.
+ssize_t PreadOnce(int fd, void* dst, size_t length, uint64_t offset) {
+  while (true) {
+    const ssize_t n = ::pread(fd, dst, std::min(length, kMaxReadChunk), static_cast<off_t>(offset));
+    if (n >= 0) return n;
+    if (errno != EINTR && errno != EAGAIN) return -errno;
+  }
+}
+
+// A kDirectIoAlignment-aligned block, for the unaligned tail of direct reads.
+struct AlignedBlock {
+  AlignedBlock() : data(static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment,
+                                                                    kDirectIoAlignment))) {}
+  ~AlignedBlock() { std::free(data); }
+  AlignedBlock(const AlignedBlock&) = delete;
+  AlignedBlock& operator=(const AlignedBlock&) = delete;
+  std::byte* data;
+};
+
+}  // namespace
+
+Result<size_t> PreadFully(int fd, uint64_t offset, std::span<std::byte> dst, bool direct,
+                          const std::string& path) {
+  const size_t main = DirectMainLength(dst.size(), direct);
+  size_t done = 0;
+  while (done < main) {
+    const ssize_t n = PreadOnce(fd, dst.data() + done, main - done, offset + done);
+    if (n < 0) return ReadErrorStatus(static_cast<int>(-n), path, direct);
+    if (n == 0) return done;  // end of file
+    done += static_cast<size_t>(n);
+    // Direct I/O returns an unaligned count only at end of file, and a
+    // continuation from an unaligned offset would fail with EINVAL.
+    if (direct && n % kDirectIoAlignment != 0) return done;
+  }
+  if (done == dst.size()) return done;
+  AlignedBlock block;
+  if (block.data == nullptr) return IoError("read " + path + ": out of memory for bounce buffer");
+  const ssize_t n = PreadOnce(fd, block.data, kDirectIoAlignment, offset + done);
+  if (n < 0) return ReadErrorStatus(static_cast<int>(-n), path, direct);
+  const size_t take = std::min(static_cast<size_t>(n), dst.size() - done);
+  std::memcpy(dst.data() + done, block.data, take);
+  return done + take;
+}
+
+ReadCompletion ReadRange(const std::string& root, std::string_view key, uint64_t offset,
+                         std::span<std::byte> dst, uint64_t tag, bool direct) {
+  ReadCompletion c;
+  c.tag = tag;
+  c.status = CheckReadRequest(key, offset, dst, direct);
+  if (!c.status.ok()) return c;
+  const std::string path = JoinPath(root, key);
+  Result<int> fd = OpenForRead(path, direct);
+  if (!fd.ok()) {
+    c.status = fd.status();
+    return c;
+  }
+  Result<size_t> n = PreadFully(*fd, offset, dst, direct, path);
+  ::close(*fd);
+  if (n.ok()) {
+    c.bytes = *n;
+  } else {
+    c.status = n.status();
+  }
+  return c;
+}
+
+}  // namespace posix
+
+namespace {
+
+using posix::JoinPath;
+using store_internal::Quote;
+
+enum class Engine { kIoUring, kThreads };
+
+// Distinguishes temporary files of concurrent Puts within one process; the
+// pid distinguishes processes.
+std::atomic<uint64_t> g_temp_counter{0};
+
+// The folder part of an absolute path ("/a/b" -> "/a", "/a" -> "/").
+std::string ParentOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == 0 || slash == std::string::npos) return "/";
+  return path.substr(0, slash);
+}
+
+// fsync of a folder, so that an entry created, renamed or removed in it
+// survives a crash.
+Status SyncDir(const std::string& dir) {
+  int fd;
+  do {
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoToStatus(err, "fsync " + dir);
+  return Status::Ok();
+}
+
+// Creates `dir` and any missing parents, fsync'ing each new entry's parent so
+// that the path to a durable object is durable too.
+Status EnsureDir(const std::string& dir, std::string_view key) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::Ok();
+    return InvalidArgument("put " + Quote(key) + ": " + dir +
+                           " is an object, so it cannot also be a folder");
+  }
+  if (errno != ENOENT && errno != ENOTDIR) return ErrnoToStatus(errno, "stat " + dir);
+  const std::string parent = ParentOf(dir);
+  if (parent != dir) STOKER_RETURN_IF_ERROR(EnsureDir(parent, key));
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    if (errno != EEXIST) return ErrnoToStatus(errno, "mkdir " + dir);
+    // Lost a race with another Put; fine if the winner made a folder.
+    return EnsureDir(dir, key);
+  }
+  return SyncDir(parent);
+}
+
+Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const size_t chunk = std::min(data.size() - done, posix::kMaxReadChunk);
+    const ssize_t n = ::write(fd, data.data() + done, chunk);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return ErrnoToStatus(errno, "write " + path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+class PosixStore final : public Store {
+ public:
+  PosixStore(std::string root, std::string uri, Engine engine, uint32_t io_threads)
+      : root_(std::move(root)), uri_(std::move(uri)), engine_(engine), io_threads_(io_threads) {}
+
+  const std::string& uri() const override { return uri_; }
+  std::string engine_name() const { return engine_ == Engine::kIoUring ? "io_uring" : "threads"; }
+
+  Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
+    if (options.depth == 0) return InvalidArgument("ReadQueueOptions::depth must be at least 1");
+#ifdef STOKER_HAVE_IO_URING
+    if (engine_ == Engine::kIoUring) return posix::NewUringReadQueue(root_, options);
+#endif
+    STOKER_ASSIGN_OR_RETURN(std::shared_ptr<posix::IoThreadPool> pool, Pool());
+    return posix::NewThreadReadQueue(std::move(pool), root_, options);
+  }
+
+  // Straight pread: a queue (an io_uring ring) per call would cost more than
+  // the read, and the result is the same.
+  Result<size_t> Read(std::string_view key, uint64_t offset, std::span<std::byte> dst) override {
+    ReadCompletion c = posix::ReadRange(root_, key, offset, dst, 0, /*direct=*/false);
+    if (!c.status.ok()) return c.status;
+    return c.bytes;
+  }
+
+  // Size and bytes from one open file: a Put replaces the object by rename,
+  // never in place, so the open inode cannot change size under us.
+  Result<std::vector<std::byte>> ReadAll(std::string_view key) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = JoinPath(root_, key);
+    STOKER_ASSIGN_OR_RETURN(int fd, posix::OpenForRead(path, /*direct=*/false));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoToStatus(err, "fstat " + path);
+    }
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return NotFound(path + ": is a folder, not an object");
+    }
+    const auto size = static_cast<size_t>(st.st_size);
+    std::vector<std::byte> data(size + 1);  // +1: notices growth by an outside writer
+    Result<size_t> n = posix::PreadFully(fd, 0, data, /*direct=*/false, path);
+    ::close(fd);
+    if (!n.ok()) return n.status();
+    if (*n != size) {
+      return IoError(path + ": object changed size while read (" + std::to_string(size) +
+                         " bytes at open, read " + std::to_string(*n) +
+                         "); modified in place by another program?",
+                     /*retryable=*/true);
+    }
+    data.resize(size);
+    return data;
+  }
+
+  Status Put(std::string_view key, std::span<const std::byte> data) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = JoinPath(root_, key);
+    const std::string dir = ParentOf(path);
+    STOKER_RETURN_IF_ERROR(EnsureDir(dir, key));
+
+    // Base name cut to keep the temporary name within NAME_MAX (255).
+    const std::string_view base = std::string_view(path).substr(path.rfind('/') + 1);
+    const std::string tmp = dir + (dir == "/" ? "." : "/.") + std::string(base.substr(0, 200)) +
+                            ".tmp." + std::to_string(::getpid()) + "." +
+                            std::to_string(g_temp_counter.fetch_add(1));
+    int fd;
+    do {
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return ErrnoToStatus(errno, "open " + tmp).WithContext("put " + Quote(key));
+
+    Status st = WriteAll(fd, data, tmp);
+    if (st.ok() && ::fsync(fd) != 0) st = ErrnoToStatus(errno, "fsync " + tmp);
+    // close reports deferred write errors on some filesystems (NFS).
+    if (::close(fd) != 0 && st.ok() && errno != EINTR) st = ErrnoToStatus(errno, "close " + tmp);
+    if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+      st = ErrnoToStatus(errno, "rename " + tmp + " to " + path);
+    }
+    if (!st.ok()) {
+      ::unlink(tmp.c_str());
+      return st.WithContext("put " + Quote(key));
+    }
+    return SyncDir(dir).WithContext("put " + Quote(key));
+  }
+
+  Result<ObjectInfo> Stat(std::string_view key) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = JoinPath(root_, key);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
+    if (S_ISDIR(st.st_mode)) return NotFound(path + ": is a folder, not an object");
+    if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
+    return ObjectInfo{std::string(key), static_cast<uint64_t>(st.st_size)};
+  }
+
+  Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    STOKER_RETURN_IF_ERROR(store_internal::ValidatePrefix(prefix));
+    // Walk only the folder the prefix ends in, filtering its entries by the
+    // prefix's last, partial component; everything below a match matches.
+    const size_t slash = prefix.rfind('/');
+    const std::string_view dir_part =
+        slash == std::string_view::npos ? std::string_view() : prefix.substr(0, slash);
+    const std::string_view name_filter =
+        slash == std::string_view::npos ? prefix : prefix.substr(slash + 1);
+    const std::string dir = dir_part.empty() ? (root_.empty() ? "/" : root_)
+                                             : JoinPath(root_, dir_part);
+    std::vector<ObjectInfo> out;
+    int fd;
+    do {
+      fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+      // No root yet (nothing was ever Put), or no such folder: no objects.
+      if (errno == ENOENT || errno == ENOTDIR) return out;
+      return ErrnoToStatus(errno, "open " + dir);
+    }
+    const std::string rel = dir_part.empty() ? "" : std::string(dir_part) + "/";
+    STOKER_RETURN_IF_ERROR(Walk(fd, dir, rel, name_filter, &out));
+    std::sort(out.begin(), out.end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return out;
+  }
+
+  Status Remove(std::string_view key) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = JoinPath(root_, key);
+    // Not fsync'ed: a removal lost in a crash leaves a whole, valid object.
+    if (::unlink(path.c_str()) != 0) {
+      if (errno == EISDIR || errno == EPERM) {
+        struct stat st;
+        if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+          return NotFound(path + ": is a folder, not an object");
+        }
+      }
+      return ErrnoToStatus(errno, "unlink " + path);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // Lists regular files (and symlinks to them) under the open folder `fd`
+  // (which it takes over), skipping dot-names: temporary files and anything
+  // that is not a valid key. Symlinked folders are not followed (no loops).
+  static Status Walk(int fd, const std::string& dir, const std::string& rel,
+                     std::string_view name_filter, std::vector<ObjectInfo>* out) {
+    DIR* d = ::fdopendir(fd);
+    if (d == nullptr) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoToStatus(err, "fdopendir " + dir);
+    }
+    Status st;
+    while (st.ok()) {
+      errno = 0;
+      const dirent* e = ::readdir(d);
+      if (e == nullptr) {
+        if (errno != 0) st = ErrnoToStatus(errno, "readdir " + dir);
+        break;
+      }
+      const std::string_view name = e->d_name;
+      if (name.empty() || name.front() == '.' || !name.starts_with(name_filter)) continue;
+      struct stat sb;
+      if (::fstatat(::dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;  // removed while we walk
+        st = ErrnoToStatus(errno, "stat " + dir + "/" + std::string(name));
+        break;
+      }
+      if (S_ISLNK(sb.st_mode) && ::fstatat(::dirfd(d), e->d_name, &sb, 0) != 0) continue;
+      if (S_ISREG(sb.st_mode)) {
+        out->push_back({rel + std::string(name), static_cast<uint64_t>(sb.st_size)});
+      } else if (S_ISDIR(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
+        const int child =
+            ::openat(::dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (child < 0) {
+          if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;
+          st = ErrnoToStatus(errno, "open " + dir + "/" + std::string(name));
+          break;
+        }
+        st = Walk(child, dir + "/" + std::string(name), rel + std::string(name) + "/", "", out);
+      }
+    }
+    ::closedir(d);
+    return st;
+  }
+
+  Result<std::shared_ptr<posix::IoThreadPool>> Pool() {
+    std::lock_guard lock(pool_mu_);
+    if (pool_ == nullptr) {
+      try {
+        pool_ = std::make_shared<posix::IoThreadPool>(io_threads_);
+      } catch (const std::system_error& e) {
+        return ErrnoToStatus(e.code().value(), "starting " + std::to_string(io_threads_) +
+                                                   " I/O threads for " + uri_);
+      }
+    }
+    return pool_;
+  }
+
+  const std::string root_;  // absolute, no trailing '/'; "" for "/"
+  const std::string uri_;
+  const Engine engine_;
+  const uint32_t io_threads_;
+  std::mutex pool_mu_;
+  std::shared_ptr<posix::IoThreadPool> pool_;  // guarded by pool_mu_; made on first use
+};
+
+Result<Engine> ChooseEngine(const StoreOptions& options) {
+  std::string name = options.posix_engine;
+  std::string origin = "StoreOptions::posix_engine";
+  if (name == "auto") {
+    const char* env = std::getenv("STOKER_POSIX_ENGINE");
+    if (env != nullptr && *env != '\0') {
+      name = env;
+      origin = "STOKER_POSIX_ENGINE";
+    }
+  }
+  if (name == "threads") return Engine::kThreads;
+  if (name == "auto" || name == "io_uring") {
+#ifdef STOKER_HAVE_IO_URING
+    Status probe = posix::ProbeIoUring();
+    if (probe.ok()) return Engine::kIoUring;
+    if (name == "auto") return Engine::kThreads;
+    return Unsupported("io_uring is not available (" + probe.message() + "); " + origin +
+                       "=threads uses a thread pool instead");
+#else
+    if (name == "auto") return Engine::kThreads;
+    return Unsupported("stoker was built without io_uring (-DSTOKER_WITH_IO_URING=ON); " +
+                       origin + "=threads uses a thread pool instead");
+#endif
+  }
+  return InvalidArgument("unknown POSIX engine " + Quote(name) + " in " + origin +
+                         " (known: auto, io_uring, threads)");
+}
+
+}  // namespace
+
+namespace store_internal {
+
+Result<std::shared_ptr<Store>> NewPosixStoreForUri(std::string root, std::string uri,
+                                                   const StoreOptions& options) {
+  if (root.empty()) return InvalidArgument("empty POSIX store root");
+  if (root.find('\0') != std::string::npos) {
+    return InvalidArgument("POSIX store root " + Quote(root) + " contains NUL");
+  }
+  // Absolute now, so that a later chdir does not move the store.
+  std::error_code ec;
+  std::string abs = std::filesystem::absolute(root, ec).lexically_normal().string();
+  if (ec) return ErrnoToStatus(ec.value(), "resolving store root " + root);
+  while (!abs.empty() && abs.back() == '/') abs.pop_back();
+
+  STOKER_ASSIGN_OR_RETURN(Engine engine, ChooseEngine(options));
+  uint32_t threads = options.io_threads;
+  if (threads == 0) threads = std::max(4u, 2 * std::thread::hardware_concurrency());
+  return std::shared_ptr<Store>(
+      std::make_shared<PosixStore>(std::move(abs), std::move(uri), engine, threads));
+}
+
+}  // namespace store_internal
+
+Result<std::shared_ptr<Store>> NewPosixStore(std::string root, const StoreOptions& options) {
+  std::string uri = root;
+  return store_internal::NewPosixStoreForUri(std::move(root), std::move(uri), options);
+}
+
+std::string PosixEngineName(const Store& store) {
+  const Store* s = &store;
+  while (const auto* wrapper = dynamic_cast<const StoreWrapper*>(s)) {
+    s = wrapper->target();
+    if (s == nullptr) return "";
+  }
+  if (const auto* p = dynamic_cast<const PosixStore*>(s)) return p->engine_name();
+  return "";
+}
+
+}  // namespace stoker
