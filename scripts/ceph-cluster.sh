@@ -47,10 +47,11 @@
 #   STOKER_CEPH_DIR          default DIR.
 #   STOKER_CEPH_PORT         monitor port (msgr v2). Default: 6789, or the next
 #                            free one up to 6888.
-#   STOKER_CEPH_OSD_BYTES    capacity of each OSD. Default: 2 GiB. Memstore keeps
-#                            data in RAM: 3 OSDs x 2 GiB = 6 GiB at most, which
-#                            holds ~2.8 GiB of data at 2 copies (writes block
-#                            at 95% full).
+#   STOKER_CEPH_OSD_BYTES    capacity of each OSD, in bytes or like 4G. Default:
+#                            2G. Memstore keeps data in RAM, so 3 OSDs x 2 GiB =
+#                            6 GiB of RAM at most, holding about 2.5 GiB of data
+#                            at 2 copies: writes block once any OSD is 95% full.
+#                            A 10 s `rados bench write` wants 4G.
 #   STOKER_CEPH_OBJECTSTORE  memstore (default) or bluestore (on a sparse file
 #                            DIR/osd.N/block: data survives restarts and goes
 #                            through a real disk, for benchmarks; mkfs is slower).
@@ -78,9 +79,9 @@ timeout_s="${STOKER_CEPH_TIMEOUT:-120}"
 say() { printf 'ceph-cluster: [%3ds] %s\n' "$SECONDS" "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
-usage() {
+usage() { # [EXIT_CODE]: prints the header comment
   sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
-  exit 2
+  exit "${1:-2}"
 }
 
 set_dir() {
@@ -153,7 +154,7 @@ start_daemons() { # TYPE ID...
   local type="$1" id pids=() p rc=0
   shift
   for id in "$@"; do
-    "ceph-$type" --conf "$conf" -i "$id" </dev/null >>"$dir/log/daemons.log" 2>&1 &
+    "ceph-$type" --conf "$conf" -i "$id" </dev/null >>"$dir/log/daemons.log" 2>&1 9<&- &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
@@ -210,7 +211,8 @@ wait_clean() {
     sleep 0.5
   done
   for pool in "${kPools[@]}"; do
-    until echo probe | "${rados_[@]}" -p "$pool" put .probe - && "${rados_[@]}" -p "$pool" rm .probe; do
+    until echo probe | "${rados_[@]}" -p "$pool" put .probe - 2>>"$dir/log/setup.log" &&
+      "${rados_[@]}" -p "$pool" rm .probe 2>>"$dir/log/setup.log"; do
       ((SECONDS < deadline)) || die "pool $pool not writable after $timeout_s s"
       sleep 0.5
     done
@@ -256,8 +258,7 @@ objectstore_conf() { # the [osd] lines that depend on the objectstore
       ;;
     bluestore)
       printf '%s\n' "osd objectstore = bluestore" \
-        "# A sparse file per OSD; DB and WAL share it." \
-        "bluestore block path = $dir/osd.\$id/block" \
+        "# A sparse file per OSD, DIR/osd.N/block; DB and WAL share it." \
         "bluestore block create = true" "bluestore block size = $bytes" \
         "bluestore fsck on mkfs = false" \
         "# Default 4 GiB each; the minimum leaves RAM to the client." \
@@ -313,6 +314,10 @@ mon osd down out interval = 3600
 # PG states reach \`ceph status\` within a second (default 5 s).
 mgr stats period = 1
 mon mgr digest period = 1
+# The mgr imports every module it finds before it becomes active (10-15 s on
+# 2 busy cores); skip the ones a test cluster has no use for.
+mgr initial modules = iostat
+mgr disabled modules = alerts cephadm dashboard diskprediction_local influx insights k8sevents localpool mirroring nfs osd_perf_query osd_support restful rook selftest snap_schedule stats telegraf test_orchestrator zabbix
 
 [client]
 # One socket per process, so concurrent clients do not fight over a name.
@@ -366,7 +371,7 @@ start_mon() { # PORT
   monmaptool --create --clobber --fsid "$fsid" --addv "$kMonId" "[v2:127.0.0.1:$1]" \
     "$dir/monmap" >/dev/null
   ceph-mon --conf "$conf" -i "$kMonId" --mkfs --monmap "$dir/monmap" \
-    --keyring "$dir/mon.keyring" 2>>"$dir/log/mkfs.log"
+    --keyring "$dir/mon.keyring" 2>>"$dir/log/setup.log"
   start_daemons mon "$kMonId"
   ceph_ mon stat >/dev/null || die "the monitor on 127.0.0.1:$1 does not answer"
 }
@@ -380,16 +385,23 @@ make_osd() {
   id="$(ceph_ osd new "$uuid")"
   mkdir -p "$dir/osd.$id"
   ceph-osd --conf "$conf" -i "$id" --mkfs --mkkey --osd-uuid "$uuid" --no-mon-config \
-    2>>"$dir/log/mkfs.log"
+    2>>"$dir/log/setup.log"
   ceph_ auth add "osd.$id" osd 'allow *' mon 'allow profile osd' mgr 'allow profile osd' \
-    -i "$dir/osd.$id/keyring" 2>/dev/null
+    -i "$dir/osd.$id/keyring" 2>>"$dir/log/setup.log"
 }
 
 on_start_exit() {
-  local rc=$?
+  local rc=$? i
   ((rc)) || return 0
-  say "start failed (exit $rc); the logs' last lines follow"
-  log_tails
+  if ((rc == 130 || rc == 143)); then
+    say "interrupted; stopping what was started"
+  else
+    say "start failed (exit $rc); the logs' last lines follow"
+    log_tails
+  fi
+  # Daemons still being launched in the background daemonise within seconds;
+  # let them, so that none is left behind.
+  for ((i = 0; i < 100 && $(jobs -pr | wc -l) > 0; i++)); do sleep 0.1; done
   kill_daemons || true
   if [[ "${STOKER_CEPH_KEEP:-0}" == 1 ]]; then say "kept $dir"; else rm -rf -- "$dir"; fi
   exit "$rc"
@@ -416,11 +428,17 @@ cmd_start() {
   trap 'exit 143' TERM
 
   fsid="$(uuidgen)"
+  make_keys
+  # Two clusters starting at once (parallel CI jobs) must not both pick the
+  # same free port: hold a lock on this script from the pick until the
+  # monitor listens. The daemons are started with the lock's fd closed.
+  exec 9<"${BASH_SOURCE[0]}"
+  command -v flock >/dev/null && flock 9
   port="$(pick_port)"
   write_conf "$fsid" "$port"
-  make_keys
   say "starting mon.$kMonId on 127.0.0.1:$port (msgr v2) in $dir"
   start_mon "$port"
+  exec 9<&-
   if [[ "${STOKER_CEPH_MGR:-1}" != 0 ]] && command -v ceph-mgr >/dev/null; then
     start_daemons mgr "$kMgrId" &
     mgr_job=$!
@@ -431,8 +449,8 @@ cmd_start() {
   start_daemons osd $(seq 0 $((kNumOsds - 1))) &
   osds_job=$!
   for pool in "${kPools[@]}"; do
-    ceph_ osd pool create "$pool" "$kPgNum" "$kPgNum" replicated 2>/dev/null
-    ceph_ osd pool application enable "$pool" rados >/dev/null 2>&1
+    ceph_ osd pool create "$pool" "$kPgNum" "$kPgNum" replicated 2>>"$dir/log/setup.log"
+    ceph_ osd pool application enable "$pool" rados >/dev/null 2>>"$dir/log/setup.log"
   done
   wait "$osds_job" || die "the OSDs did not start"
   [[ -z "$mgr_job" ]] || wait "$mgr_job" || die "the mgr did not start"
@@ -510,11 +528,11 @@ main() {
       esac
       ;;
     osd-pid | restart-osd)
-      [[ "${1:-}" =~ ^[0-9]+$ ]] && (($# <= 2)) || usage
+      if [[ ! "${1:-}" =~ ^[0-9]+$ ]] || (($# > 2)); then usage; fi
       set_dir "${2:-}"
       if [[ "$cmd" == osd-pid ]]; then cmd_osd_pid "$1"; else cmd_restart_osd "$1"; fi
       ;;
-    -h | --help | help) usage ;;
+    -h | --help | help) usage 0 ;;
     *) usage ;;
   esac
 }

@@ -58,18 +58,20 @@ T Get(const Bytes& b, size_t off) {
 
 Bytes AsBytes(std::string_view s) {
   Bytes b(s.size());
-  std::memcpy(b.data(), s.data(), s.size());
+  if (!s.empty()) std::memcpy(b.data(), s.data(), s.size());
   return b;
 }
 
 // Independent of the library: the header hash of §3.1.
 void ResealHeader(Bytes& b) { Put<uint64_t>(b, 56, XXH3_64bits(b.data(), 56)); }
-// Recomputes the index hash from the header (§3.1) and then the header hash;
-// returns the index hash (for the expectation).
+// Recomputes the index hash from the header (§3.1), when the header's index
+// lies inside `b`, and then the header hash; returns the index hash (for the
+// expectation).
 uint64_t Reseal(Bytes& b) {
   uint64_t off = Get<uint64_t>(b, 40);
   uint64_t len = uint64_t{Get<uint32_t>(b, 36)} * Get<uint16_t>(b, 14);
-  uint64_t h = XXH3_64bits(b.data() + off, len);
+  uint64_t h = Get<uint64_t>(b, 48);
+  if (off <= b.size() && len <= b.size() - off) h = XXH3_64bits(b.data() + off, len);
   Put<uint64_t>(b, 48, h);
   ResealHeader(b);
   return h;

@@ -47,6 +47,14 @@ struct DecodeOptions {
   uint32_t width = 224;
 };
 
+// Where an epoch stands: enough to resume it, on any machine and (the
+// position being global) on any world size.
+struct LoaderState {
+  uint64_t epoch = 0;
+  // Global samples consumed by all ranks together (see plan.h).
+  uint64_t position = 0;
+};
+
 struct LoaderOptions {
   uint32_t batch_size = 256;
   // Default: on. See plan.h for the order and the rank's share.
@@ -78,15 +86,10 @@ struct LoaderOptions {
   // Deadline of one shard read; past it the read counts as a (retryable)
   // failure. Default: 60 s.
   std::chrono::milliseconds read_timeout{60000};
+  // Where Open starts: epoch 0 from its beginning, or a saved state to
+  // resume from (nothing before it is read). Default: {0, 0}.
+  LoaderState start;
   StoreOptions store;
-};
-
-// Where an epoch stands: enough to resume it, on any machine and (the
-// position being global) on any world size.
-struct LoaderState {
-  uint64_t epoch = 0;
-  // Global samples consumed by all ranks together (see plan.h).
-  uint64_t position = 0;
 };
 
 struct LoaderStats {
@@ -162,7 +165,7 @@ class Batch {
 class Loader {
  public:
   // Opens the dataset at `uri` (its manifest is read and validated) and
-  // starts epoch 0. Invalid options are InvalidArgument naming the option.
+  // starts reading at options.start. Invalid options are InvalidArgument naming the option.
   static Result<std::unique_ptr<Loader>> Open(std::string_view uri, const LoaderOptions& options);
   static Result<std::unique_ptr<Loader>> Open(std::shared_ptr<Store> store,
                                               const LoaderOptions& options);

@@ -476,6 +476,12 @@ Result<Manifest> DecodeManifestImpl(std::span<const std::byte> data, std::string
                       ", body hashes to " + Hex16(actual) + ")");
   }
 
+  // nlohmann skips a UTF-8 byte order mark; Python's json.loads refuses one.
+  // Refuse it here too, so that every reader agrees on what is a manifest.
+  if (body.size() >= 3 && body[0] == std::byte{0xEF} && body[1] == std::byte{0xBB} &&
+      body[2] == std::byte{0xBF}) {
+    return Corruption(w + ": invalid JSON: body starts with a byte order mark");
+  }
   json root;
   StrictSax sax(root);
   const char* b = reinterpret_cast<const char*>(body.data());

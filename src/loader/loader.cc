@@ -119,7 +119,7 @@ class LoaderImpl final : public Loader {
                    ? (options_.memory_budget - reserve) / max_shard_bytes_
                    : 0;
     }
-    return StartEpoch(0, 0);
+    return StartEpoch(options_.start.epoch, options_.start.position);
   }
 
   const Manifest& manifest() const override { return manifest_; }

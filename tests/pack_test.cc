@@ -1,0 +1,267 @@
+// Packing: ImageFolder and list sources, shard cutting, the errors a user
+// meets (empty or unreadable files, a destination holding a dataset, bad list
+// lines), verify naming bad shards and samples, and atomicity: a pack killed
+// at any point leaves no readable dataset.
+#include "stoker/pack.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "stoker/dataset.h"
+#include "stoker/loader.h"
+#include "testutil.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RandomBytes;
+using testing::TempDir;
+
+void MakeTree(const fs::path& root, uint32_t files, uint32_t classes, size_t size) {
+  for (uint32_t i = 0; i < files; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "k%02u/f%05u.bin", i % classes, i);
+    testing::WriteFile(root / name, RandomBytes(size + i % 97, i));
+  }
+}
+
+std::string StokerBin() {
+  if (const char* b = std::getenv("STOKER_BIN")) return b;
+  return (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "stoker").string();
+}
+
+TEST(PackTest, ImageFolderLabelsAreSortedClassFolders) {
+  TempDir d;
+  for (const char* c : {"zebra", "ant", "moose"}) {
+    testing::WriteFile(d.path() / "src" / c / "a.jpg", RandomBytes(10, 1));
+    testing::WriteFile(d.path() / "src" / c / "b.jpg", RandomBytes(10, 2));
+  }
+  testing::WriteFile(d.path() / "src" / ".hidden" / "x.jpg", RandomBytes(10, 3));
+  testing::WriteFile(d.path() / "src" / "ant" / ".DS_Store", RandomBytes(10, 3));
+  auto s = ScanImageFolder((d.path() / "src").string());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->classes, (std::vector<std::string>{"ant", "moose", "zebra"}));
+  ASSERT_EQ(s->files.size(), 6u);
+  EXPECT_EQ(s->files[0].label, 0);
+  EXPECT_EQ(s->files[2].label, 1);
+  EXPECT_EQ(s->files[5].label, 2);
+  EXPECT_NE(s->files[5].path.find("zebra/b.jpg"), std::string::npos);
+}
+
+TEST(PackTest, FileAtTheRootOfAnImageFolderIsAnError) {
+  TempDir d;
+  testing::WriteFile(d.path() / "src" / "a" / "x", RandomBytes(10, 1));
+  testing::WriteFile(d.path() / "src" / "stray.jpg", RandomBytes(10, 1));
+  auto s = ScanImageFolder((d.path() / "src").string());
+  EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("stray.jpg"), std::string::npos);
+}
+
+TEST(PackTest, ListFileWithRelativePathsAndComments) {
+  TempDir d;
+  testing::WriteFile(d.path() / "data" / "a.bin", RandomBytes(100, 1));
+  testing::WriteFile(d.path() / "data" / "b.bin", RandomBytes(200, 2));
+  std::ofstream(d.path() / "list.txt") << "# samples\n\ndata/a.bin 3\n"
+                                       << (d.path() / "data" / "b.bin").string() << "\t7\n";
+  auto s = ReadListFile((d.path() / "list.txt").string());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->files.size(), 2u);
+  EXPECT_EQ(s->files[0].label, 3);
+  EXPECT_EQ(s->files[1].label, 7);
+  EXPECT_TRUE(fs::exists(s->files[0].path));
+  auto m = Pack((d.path() / "list.txt").string(), (d.path() / "ds").string(), PackOptions{});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sample_count, 2u);
+}
+
+TEST(PackTest, BadListLinesNameTheLine) {
+  TempDir d;
+  auto check = [&](const std::string& text, const std::string& words) {
+    std::ofstream(d.path() / "l.txt") << text;
+    auto s = ReadListFile((d.path() / "l.txt").string());
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(words), std::string::npos) << s.status().ToString();
+  };
+  check("a.bin 1\nb.bin\n", "l.txt:2: expected 'PATH LABEL'");
+  check("a.bin one\n", "l.txt:1: label 'one' is not an integer");
+  check("a.bin -1\n", "negative");
+  check("my file.bin 1\n", "paths may not contain spaces");
+  check("# nothing\n", "no samples");
+}
+
+TEST(PackTest, EmptyOrMissingSourceFileFailsAndCreatesNoDataset) {
+  TempDir d;
+  MakeTree(d.path() / "src", 20, 2, 1000);
+  testing::WriteFile(d.path() / "src" / "k00" / "empty.bin", {});
+  auto m = Pack((d.path() / "src").string(), (d.path() / "ds").string(), PackOptions{});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("empty.bin"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("empty source file"), std::string::npos);
+  EXPECT_FALSE(fs::exists(d.path() / "ds" / format::kManifestKey));
+
+  std::ofstream(d.path() / "list.txt") << "src/k00/f00000.bin 0\nsrc/missing.bin 1\n";
+  m = Pack((d.path() / "list.txt").string(), (d.path() / "ds").string(), PackOptions{});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kNotFound);
+  EXPECT_NE(m.status().message().find("missing.bin"), std::string::npos);
+  EXPECT_FALSE(fs::exists(d.path() / "ds" / format::kManifestKey));
+}
+
+TEST(PackTest, UnreadableSourceFileFails) {
+  if (geteuid() == 0) GTEST_SKIP() << "running as root: chmod 000 does not stop root reading";
+  TempDir d;
+  MakeTree(d.path() / "src", 4, 1, 100);
+  fs::permissions(d.path() / "src" / "k00" / "f00001.bin", fs::perms::none);
+  auto m = Pack((d.path() / "src").string(), (d.path() / "ds").string(), PackOptions{});
+  EXPECT_EQ(m.status().code(), Code::kPermissionDenied);
+}
+
+TEST(PackTest, DestinationHoldingADatasetIsRefused) {
+  TempDir d;
+  MakeTree(d.path() / "src", 10, 2, 100);
+  const std::string ds = (d.path() / "ds").string();
+  ASSERT_TRUE(Pack((d.path() / "src").string(), ds, PackOptions{}).ok());
+  auto again = Pack((d.path() / "src").string(), ds, PackOptions{});
+  EXPECT_EQ(again.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(again.status().message().find("already holds a stoker dataset"), std::string::npos);
+}
+
+TEST(PackTest, ShardsStayUnderTheTargetAndSamplesAreWhole) {
+  TempDir d;
+  MakeTree(d.path() / "src", 200, 3, 3000);
+  testing::WriteFile(d.path() / "src" / "k01" / "huge.bin", RandomBytes(100000, 5));
+  PackOptions o;
+  o.shard_bytes = 32 << 10;
+  auto m = Pack((d.path() / "src").string(), (d.path() / "ds").string(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sample_count, 201u);
+  int oversize = 0;
+  for (const auto& s : m->shards) {
+    EXPECT_EQ(s.bytes % format::kShardAlignment, 0u);
+    if (s.bytes > o.shard_bytes) {
+      ++oversize;
+      EXPECT_EQ(s.samples, 1u);  // only a sample bigger than the target
+    }
+  }
+  EXPECT_EQ(oversize, 1);
+  // Same sources, same cut.
+  auto again = Pack((d.path() / "src").string(), (d.path() / "ds2").string(), o);
+  ASSERT_EQ(again->shards.size(), m->shards.size());
+  for (size_t i = 0; i < m->shards.size(); ++i) EXPECT_EQ(again->shards[i].samples, m->shards[i].samples);
+  auto store = OpenStore((d.path() / "ds").string());
+  auto report = VerifyDataset(**store);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->ok());
+  EXPECT_EQ(report->samples_checked, 201u);
+}
+
+TEST(VerifyTest, NamesEveryBadShardAndSample) {
+  TempDir d;
+  MakeTree(d.path() / "src", 60, 2, 1500);
+  PackOptions o;
+  o.shard_bytes = 16 << 10;
+  const std::string ds = (d.path() / "ds").string();
+  auto m = Pack((d.path() / "src").string(), ds, o);
+  ASSERT_TRUE(m.ok());
+  ASSERT_GE(m->shards.size(), 4u);
+  // Two bad samples in shard 0, a bad header in shard 1, shard 2 missing.
+  auto path0 = fs::path(ds) / m->shards[0].key;
+  auto b0 = testing::ReadFile(path0);
+  b0[format::kShardHeaderBytes + 5] ^= std::byte{1};
+  b0[format::kShardHeaderBytes + 1600] ^= std::byte{1};  // inside the second record
+  testing::WriteFile(path0, b0);
+  auto path1 = fs::path(ds) / m->shards[1].key;
+  auto b1 = testing::ReadFile(path1);
+  b1[0] = std::byte{'X'};
+  testing::WriteFile(path1, b1);
+  fs::remove(fs::path(ds) / m->shards[2].key);
+
+  auto store = OpenStore(ds);
+  auto report = VerifyDataset(**store);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->problems.size(), 4u);
+  std::map<std::string, std::vector<int64_t>> by_shard;
+  for (const auto& p : report->problems) by_shard[p.shard_key].push_back(p.sample);
+  std::sort(by_shard[m->shards[0].key].begin(), by_shard[m->shards[0].key].end());
+  EXPECT_EQ(by_shard[m->shards[0].key], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(by_shard[m->shards[1].key], (std::vector<int64_t>{-1}));
+  EXPECT_EQ(by_shard[m->shards[2].key], (std::vector<int64_t>{-1}));
+  for (const auto& p : report->problems) {
+    if (p.shard_key == m->shards[2].key) EXPECT_EQ(p.status.code(), Code::kNotFound);
+    if (p.shard_key == m->shards[1].key) EXPECT_EQ(p.status.code(), Code::kCorruption);
+  }
+}
+
+// A pack killed at a random point leaves either nothing a reader takes for a
+// dataset, or (if it got as far as its commit) a complete, valid dataset.
+// The next pack into the same place succeeds and removes the leftovers.
+TEST(PackAtomicity, KilledPackLeavesNoReadableDataset) {
+  TempDir d;
+  MakeTree(d.path() / "src", 400, 4, 60000);  // ~24 MB: a pack takes a while
+  const std::string bin = StokerBin();
+  ASSERT_TRUE(fs::exists(bin)) << bin;
+  std::mt19937 rng(12345);
+  int killed_before_commit = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::string ds = (d.path() / ("ds" + std::to_string(trial))).string();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      execl(bin.c_str(), bin.c_str(), "pack", "--quiet", "--shard-mib", "0.25", "--threads", "2",
+            (d.path() / "src").c_str(), ds.c_str(), nullptr);
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300000));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    auto store = OpenStore(ds);
+    ASSERT_TRUE(store.ok());
+    auto l = Loader::Open(ds, LoaderOptions{});
+    if (WIFSIGNALED(status)) {
+      if (!l.ok()) {
+        ++killed_before_commit;
+        EXPECT_EQ(l.status().code(), Code::kNotFound) << l.status().ToString();
+        // Nothing under the dataset's name but shards and invisible temps.
+        auto objs = (*store)->List("");
+        if (objs.ok()) {
+          for (const auto& o : *objs) EXPECT_EQ(o.key.rfind("shards/", 0), 0u) << o.key;
+        }
+      } else {
+        // Killed after its commit: the dataset must be whole.
+        auto report = VerifyDataset(**store);
+        ASSERT_TRUE(report.ok());
+        EXPECT_TRUE(report->ok());
+      }
+    } else {
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      ASSERT_TRUE(l.ok());
+    }
+    // Packing again into the same place works and leaves only its own shards.
+    PackOptions o;
+    o.shard_bytes = 1 << 20;
+    if (!l.ok()) {
+      auto m = Pack((d.path() / "src").string(), ds, o);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      auto objs = (*store)->List("shards/");
+      ASSERT_TRUE(objs.ok());
+      EXPECT_EQ(objs->size(), m->shards.size());
+      auto report = VerifyDataset(**store);
+      ASSERT_TRUE(report.ok());
+      EXPECT_TRUE(report->ok());
+    }
+  }
+  EXPECT_GT(killed_before_commit, 3) << "the kills should mostly land mid-pack";
+}
+
+}  // namespace
+}  // namespace stoker
