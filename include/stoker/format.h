@@ -136,7 +136,8 @@ class ShardBuilder {
   uint64_t payload_bytes() const { return payload_bytes_; }
   uint64_t max_sample_bytes() const { return max_sample_bytes_; }
   // The finished shard object and its xxh3-64 index hash. The builder is
-  // empty afterwards and may not be reused.
+  // empty afterwards and may not be reused. A valid shard holds at least one
+  // sample (§3.1): finishing an empty builder gives one that Parse refuses.
   std::vector<std::byte> Finish(uint64_t* index_hash);
 
  private:

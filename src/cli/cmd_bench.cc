@@ -9,6 +9,43 @@
 
 namespace stoker::cli {
 
+namespace {
+
+int Report(const std::string& what, const LoaderRun& run, const LoaderOptions& o, bool json,
+           const nlohmann::json& extra) {
+  nlohmann::json j = extra.is_null() ? nlohmann::json::object() : extra;
+  j["uri"] = what;
+  j["samples"] = run.samples;
+  j["batches"] = run.batches;
+  j["bytes_read"] = run.bytes_read;
+  j["bytes_delivered"] = run.bytes;
+  j["seconds"] = run.seconds;
+  j["first_batch_seconds"] = run.first_batch_seconds;
+  j["mb_per_s"] = run.mb_per_second();
+  j["samples_per_s"] = run.samples_per_second();
+  j["cpu_seconds"] = run.cpu_seconds;
+  j["cpu_seconds_per_gb"] = run.cpu_seconds_per_gb();
+  j["peak_rss_bytes"] = run.peak_rss_bytes;
+  j["memory_budget_bytes"] = o.memory_budget;
+  if (json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s: %lu samples in %lu batches, %s read in %.2f s\n", what.c_str(),
+              (unsigned long)run.samples, (unsigned long)run.batches,
+              HumanBytes(double(run.bytes_read)).c_str(), run.seconds);
+  std::printf("  %.0f MB/s, %.0f samples/s, first batch after %.3f s\n", run.mb_per_second(),
+              run.samples_per_second(), run.first_batch_seconds);
+  std::printf("  %.3f CPU s per GB read, peak RSS %s (budget %s)\n", run.cpu_seconds_per_gb(),
+              HumanBytes(double(run.peak_rss_bytes)).c_str(),
+              HumanBytes(double(o.memory_budget)).c_str());
+  return 0;
+}
+
+void RegisterBenchFiles(CLI::App* bench, Action* action);
+
+}  // namespace
+
 void RegisterBench(CLI::App& app, Action* action) {
   auto* bench = app.add_subcommand("bench", "Measure the loader (and, later, storage)");
   bench->require_subcommand(1);
@@ -28,11 +65,11 @@ void RegisterBench(CLI::App& app, Action* action) {
   cmd->add_option("--epochs", args->epochs, "Epochs to read")->capture_default_str();
   cmd->add_flag("--json", args->json, "Machine-readable output");
   args->flags.Add(cmd);
+  RegisterBenchFiles(bench, action);
   cmd->callback([args, action] {
     *action = [args] {
       if (Status st = args->flags.Finish(); !st.ok()) return Fail(st);
       ResetPeakRss();
-      const ProcessUsage base = GetProcessUsage();
       auto loader = Loader::Open(args->uri, args->flags.options);
       if (!loader.ok()) return Fail(loader.status());
       Loader& l = **loader;
@@ -49,40 +86,55 @@ void RegisterBench(CLI::App& app, Action* action) {
       auto run = MeasureLoader(next, args->samples, [&] { return l.stats().bytes_read; });
       if (!run.ok()) return Fail(run.status());
       const LoaderStats st = l.stats();
-      nlohmann::json j;
-      j["uri"] = args->uri;
-      j["samples"] = run->samples;
-      j["batches"] = run->batches;
-      j["bytes_read"] = run->bytes_read;
-      j["bytes_delivered"] = run->bytes;
-      j["seconds"] = run->seconds;
-      j["first_batch_seconds"] = run->first_batch_seconds;
-      j["mb_per_s"] = run->mb_per_second();
-      j["samples_per_s"] = run->samples_per_second();
-      j["cpu_seconds"] = run->cpu_seconds;
-      j["cpu_seconds_per_gb"] = run->cpu_seconds_per_gb();
-      j["peak_rss_bytes"] = run->peak_rss_bytes;
-      j["baseline_rss_bytes"] = base.rss_bytes;
-      j["memory_budget_bytes"] = args->flags.options.memory_budget;
-      j["peak_buffer_bytes"] = st.peak_buffer_bytes;
-      j["read_retries"] = st.read_retries;
-      j["data_wait_seconds"] = std::chrono::duration<double>(st.wait_time).count();
-      j["engine"] = PosixEngineName(*OpenStore(args->uri).value());
-      if (args->json) {
-        std::printf("%s\n", j.dump(2).c_str());
-        return 0;
-      }
-      std::printf("%s: %lu samples in %lu batches, %s read in %.2f s\n", args->uri.c_str(),
-                  (unsigned long)run->samples, (unsigned long)run->batches,
-                  HumanBytes(double(run->bytes_read)).c_str(), run->seconds);
-      std::printf("  %.0f MB/s, %.0f samples/s, first batch after %.3f s\n", run->mb_per_second(),
-                  run->samples_per_second(), run->first_batch_seconds);
-      std::printf("  %.3f CPU s per GB read, peak RSS %s (budget %s)\n", run->cpu_seconds_per_gb(),
-                  HumanBytes(double(run->peak_rss_bytes)).c_str(),
-                  HumanBytes(double(args->flags.options.memory_budget)).c_str());
-      return 0;
+      nlohmann::json extra;
+      extra["peak_buffer_bytes"] = st.peak_buffer_bytes;
+      extra["read_retries"] = st.read_retries;
+      extra["data_wait_seconds"] = std::chrono::duration<double>(st.wait_time).count();
+      extra["engine"] = PosixEngineName(*OpenStore(args->uri).value());
+      return Report(args->uri, *run, args->flags.options, args->json, extra);
     };
   });
 }
+
+namespace {
+void RegisterBenchFiles(CLI::App* bench, Action* action) {
+  struct Args {
+    std::string src;
+    uint64_t samples = 0;
+    bool json = false;
+    LoaderFlags flags;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = bench->add_subcommand(
+      "files", "The per-file baseline: read an ImageFolder tree (or list) one file per sample");
+  cmd->add_option("SRC", args->src, "ImageFolder root or 'PATH LABEL' list file")->required();
+  cmd->add_option("--samples", args->samples, "Stop after this many samples (0 = one epoch)")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Machine-readable output");
+  args->flags.Add(cmd);
+  cmd->callback([args, action] {
+    *action = [args] {
+      if (Status st = args->flags.Finish(); !st.ok()) return Fail(st);
+      ResetPeakRss();
+      auto sources = ScanSources(args->src);
+      if (!sources.ok()) return Fail(sources.status());
+      auto loader = PerFileLoader::Open(*sources, args->flags.options);
+      if (!loader.ok()) return Fail(loader.status());
+      uint64_t delivered = 0;
+      auto next = [&]() -> Result<Batch> {
+        auto b = (*loader)->Next();
+        if (b.ok()) {
+          for (const auto& c : b->bytes_columns()) delivered += c.data.size();
+        }
+        return b;
+      };
+      // A file's bytes are read once: bytes delivered raw are the bytes read.
+      auto run = MeasureLoader(next, args->samples, [&] { return delivered; });
+      if (!run.ok()) return Fail(run.status());
+      return Report(args->src, *run, args->flags.options, args->json, {});
+    };
+  });
+}
+}  // namespace
 
 }  // namespace stoker::cli

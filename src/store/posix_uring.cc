@@ -94,7 +94,6 @@ class UringReadQueue final : public ReadQueue {
     // as long as a FIFO has no writer or a network filesystem hangs.
     pending_.clear();
     closing_ = true;
-    sqes_ = 0;
     SubmitToKernel().ok();
     for (const Op& op : ops_) {
       if (!op.in_kernel) continue;

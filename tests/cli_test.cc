@@ -1,0 +1,164 @@
+// The `stoker` command as a user meets it: exit codes, messages that name
+// what and where, JSON that parses.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "stoker/format.h"
+#include "testutil.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RandomBytes;
+using testing::TempDir;
+
+struct Ran {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+std::string StokerBin() {
+  if (const char* b = std::getenv("STOKER_BIN")) return b;
+  return (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "stoker").string();
+}
+
+Ran Stoker(const std::string& args) {
+  Ran r;
+  const std::string cmd = StokerBin() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void MakeTree(const fs::path& root, uint32_t files) {
+  for (uint32_t i = 0; i < files; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "c%u/f%04u.bin", i % 3, i);
+    testing::WriteFile(root / name, RandomBytes(500 + i * 37, i));
+  }
+}
+
+TEST(CliTest, PackInspectVerify) {
+  TempDir d;
+  MakeTree(d.path() / "src", 90);
+  const std::string ds = (d.path() / "ds").string();
+  auto pack = Stoker("pack --shard-mib 0.02 " + (d.path() / "src").string() + " " + ds);
+  ASSERT_EQ(pack.code, 0) << pack.out;
+  EXPECT_NE(pack.out.find("packed 90 samples (3 classes)"), std::string::npos) << pack.out;
+  EXPECT_EQ(pack.out.find('\r'), std::string::npos) << "no progress bar when not a terminal";
+
+  auto inspect = Stoker("inspect --json " + ds);
+  ASSERT_EQ(inspect.code, 0) << inspect.out;
+  auto j = nlohmann::json::parse(inspect.out);
+  EXPECT_EQ(j["samples"], 90);
+  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["classes"], (std::vector<std::string>({"c0", "c1", "c2"})));
+  EXPECT_GT(j["shards"].get<int>(), 2);
+  auto human = Stoker("inspect file://" + ds);
+  ASSERT_EQ(human.code, 0) << human.out;
+  EXPECT_NE(human.out.find("samples        90"), std::string::npos) << human.out;
+
+  auto ok = Stoker("verify " + ds);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("90 samples"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find(": OK"), std::string::npos) << ok.out;
+
+  // Flip a byte of the first record of shard 1: verify names shard and sample.
+  const std::string shard1 = ds + "/shards/000001.stks";
+  auto bytes = testing::ReadFile(shard1);
+  bytes[format::kShardHeaderBytes + 3] ^= std::byte{0x10};
+  testing::WriteFile(shard1, bytes);
+  auto bad = Stoker("verify " + ds);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("BAD  shards/000001.stks sample"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("checksum mismatch"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("1 problem(s)"), std::string::npos) << bad.out;
+
+  auto again = Stoker("pack " + (d.path() / "src").string() + " " + ds);
+  EXPECT_EQ(again.code, 10 + int(Code::kAlreadyExists)) << again.out;
+  EXPECT_NE(again.out.find("already holds a stoker dataset"), std::string::npos) << again.out;
+}
+
+TEST(CliTest, BenchLoaderReportsTheFiguresAsJson) {
+  TempDir d;
+  MakeTree(d.path() / "src", 60);
+  const std::string ds = (d.path() / "ds").string();
+  ASSERT_EQ(Stoker("pack --quiet " + (d.path() / "src").string() + " " + ds).code, 0);
+  auto r = Stoker("bench loader --json --batch-size 8 --budget-mib 64 " + ds);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["samples"], 60);
+  EXPECT_GT(j["mb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["samples_per_s"].get<double>(), 0);
+  EXPECT_GE(j["cpu_seconds_per_gb"].get<double>(), 0);
+  EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+  auto limited = Stoker("bench loader --json --samples 16 --batch-size 8 " + ds);
+  ASSERT_EQ(limited.code, 0) << limited.out;
+  EXPECT_EQ(nlohmann::json::parse(limited.out)["samples"], 16);
+}
+
+TEST(CliTest, ErrorsNameWhatAndWhere) {
+  TempDir d;
+  auto missing = Stoker("inspect " + (d.path() / "nothing").string());
+  EXPECT_EQ(missing.code, 10 + int(Code::kNotFound)) << missing.out;
+  EXPECT_NE(missing.out.find("no stoker dataset at"), std::string::npos) << missing.out;
+
+  auto scheme = Stoker("inspect bogus://x/y");
+  EXPECT_EQ(scheme.code, 10 + int(Code::kInvalidArgument)) << scheme.out;
+  EXPECT_NE(scheme.out.find("bogus://x/y"), std::string::npos) << scheme.out;
+
+  auto src = Stoker("pack " + (d.path() / "no-such-src").string() + " " + (d.path() / "ds").string());
+  EXPECT_EQ(src.code, 10 + int(Code::kNotFound)) << src.out;
+  EXPECT_NE(src.out.find("no-such-src"), std::string::npos) << src.out;
+
+  auto usage = Stoker("pack");
+  EXPECT_EQ(usage.code, 2) << usage.out;
+
+  MakeTree(d.path() / "src", 10);
+  ASSERT_EQ(Stoker("pack --quiet " + (d.path() / "src").string() + " " + (d.path() / "ds").string()).code, 0);
+  auto bad_size = Stoker("bench loader --decode --decode-size 12by4 " + (d.path() / "ds").string());
+  EXPECT_EQ(bad_size.code, 10 + int(Code::kInvalidArgument)) << bad_size.out;
+  EXPECT_NE(bad_size.out.find("--decode-size"), std::string::npos) << bad_size.out;
+
+  // A manifest that is not one.
+  testing::WriteFile(d.path() / "ds" / "manifest.stoker", RandomBytes(100, 1));
+  auto corrupt = Stoker("inspect " + (d.path() / "ds").string());
+  EXPECT_EQ(corrupt.code, 10 + int(Code::kCorruption)) << corrupt.out;
+  EXPECT_NE(corrupt.out.find("manifest.stoker"), std::string::npos) << corrupt.out;
+}
+
+TEST(CliTest, DemoRunsSmallAndWritesJson) {
+  TempDir d;
+  const std::string json = (d.path() / "demo.json").string();
+  auto r = Stoker("demo --images 40 --batch-size 8 --compute-ms 1 --dir " +
+               (d.path() / "work").string() + " --json " + json);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("per-file loader"), std::string::npos);
+  std::ifstream in(json);
+  ASSERT_TRUE(in) << json;
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["per_file"]["samples"], 40);
+  EXPECT_EQ(j["stoker"]["samples"], 40);
+  EXPECT_GT(j["stoker"]["accelerator_utilisation"].get<double>(), 0);
+  EXPECT_FALSE(fs::exists(d.path() / "work"));  // cleaned up without --keep
+
+  // It refuses to take over a folder that is not its own.
+  testing::WriteFile(d.path() / "mine" / "precious.txt", RandomBytes(10, 1));
+  auto refused = Stoker("demo --images 10 --dir " + (d.path() / "mine").string());
+  EXPECT_NE(refused.code, 0);
+  EXPECT_TRUE(fs::exists(d.path() / "mine" / "precious.txt"));
+}
+
+}  // namespace
+}  // namespace stoker
