@@ -37,14 +37,14 @@ using testing::RandomBytes;
 using testing::TempDir;
 using namespace std::chrono_literals;
 
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    const ::stoker::Status _s = (expr);                    \
+#define ASSERT_OK(expr)                                     \
+  do {                                                      \
+    const ::stoker::Status _s = (expr);                     \
     ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
   } while (0)
-#define EXPECT_OK(expr)                                    \
-  do {                                                     \
-    const ::stoker::Status _s = (expr);                    \
+#define EXPECT_OK(expr)                                     \
+  do {                                                      \
+    const ::stoker::Status _s = (expr);                     \
     EXPECT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
   } while (0)
 
@@ -84,7 +84,8 @@ std::vector<ReadCompletion> RunReads(Store& store, const std::vector<ReadRequest
 struct AlignedBuffer {
   explicit AlignedBuffer(size_t n)
       : size(n),
-        data(static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, n + 2 * kDirectIoAlignment))) {}
+        data(static_cast<std::byte*>(
+            std::aligned_alloc(kDirectIoAlignment, n + 2 * kDirectIoAlignment))) {}
   ~AlignedBuffer() { std::free(data); }
   std::span<std::byte> span(size_t offset, size_t n) const { return {data + offset, n}; }
   size_t size;
@@ -107,10 +108,14 @@ enum class Backend { kMemory, kPosixIoUring, kPosixThreads, kEnvUri };
 
 std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
   switch (info.param) {
-    case Backend::kMemory: return "Memory";
-    case Backend::kPosixIoUring: return "PosixIoUring";
-    case Backend::kPosixThreads: return "PosixThreads";
-    case Backend::kEnvUri: return "EnvUri";
+    case Backend::kMemory:
+      return "Memory";
+    case Backend::kPosixIoUring:
+      return "PosixIoUring";
+    case Backend::kPosixThreads:
+      return "PosixThreads";
+    case Backend::kEnvUri:
+      return "EnvUri";
   }
   return "Unknown";
 }
@@ -208,9 +213,9 @@ TEST_P(StoreConformance, RangedReadsIncludingPastTheEnd) {
     size_t expect;
   };
   const std::vector<Case> cases = {
-      {0, 100, 100},     {4000, 1000, 1000}, {9990, 100, 10},   {10000, 10, 0},
-      {20000, 10, 0},    {0, 10000, 10000},  {0, 20000, 10000}, {1, 9999, 9999},
-      {9999, 1, 1},      {5000, 0, 0},       {uint64_t{1} << 40, 8, 0},
+      {0, 100, 100},  {4000, 1000, 1000}, {9990, 100, 10},           {10000, 10, 0},
+      {20000, 10, 0}, {0, 10000, 10000},  {0, 20000, 10000},         {1, 9999, 9999},
+      {9999, 1, 1},   {5000, 0, 0},       {uint64_t{1} << 40, 8, 0},
   };
   std::vector<std::vector<std::byte>> bufs;
   std::vector<ReadRequest> requests;
@@ -225,7 +230,8 @@ TEST_P(StoreConformance, RangedReadsIncludingPastTheEnd) {
     auto n = store_->Read(K("r"), cases[i].offset, buf);
     ASSERT_TRUE(n.ok()) << n.status().ToString();
     EXPECT_EQ(*n, cases[i].expect);
-    EXPECT_TRUE(std::equal(buf.begin(), buf.begin() + *n, data.begin() + std::min<uint64_t>(cases[i].offset, data.size())));
+    EXPECT_TRUE(std::equal(buf.begin(), buf.begin() + *n,
+                           data.begin() + std::min<uint64_t>(cases[i].offset, data.size())));
   }
   auto done = RunReads(*store_, requests);
   ASSERT_EQ(done.size(), cases.size());
@@ -325,9 +331,9 @@ TEST_P(StoreConformance, ReadersNeverSeeHalfAPut) {
     ASSERT_TRUE((first == std::byte{0xaa} && out[0].bytes == a.size()) ||
                 (first == std::byte{0xbb} && out[0].bytes == b.size()))
         << "read " << out[0].bytes << " bytes starting with " << int(first);
-    ASSERT_TRUE(std::all_of(buf.begin(), buf.begin() + out[0].bytes,
-                            [&](std::byte x) { return x == first; }))
-        << "a read mixed two versions";
+    ASSERT_TRUE(std::all_of(buf.begin(), buf.begin() + out[0].bytes, [&](std::byte x) {
+      return x == first;
+    })) << "a read mixed two versions";
 
     auto all = store_->ReadAll(K("atomic"));
     if (all.ok()) {
@@ -344,8 +350,8 @@ TEST_P(StoreConformance, ListsByPrefixSorted) {
   ASSERT_TRUE(empty.ok()) << empty.status().ToString();
   EXPECT_TRUE(empty->empty()) << "a fresh store lists nothing";
 
-  const std::map<std::string, size_t> objects = {
-      {"a/1", 1}, {"a/2", 22}, {"a/sub/deep/3", 333}, {"ab", 4}, {"b", 0}, {"a-z", 5}};
+  const std::map<std::string, size_t> objects = {{"a/1", 1}, {"a/2", 22}, {"a/sub/deep/3", 333},
+                                                 {"ab", 4},  {"b", 0},    {"a-z", 5}};
   // Put in an order unlike the sorted one.
   for (auto it = objects.rbegin(); it != objects.rend(); ++it) {
     ASSERT_OK(store_->Put(K(it->first), RandomBytes(it->second, 3)));
@@ -391,8 +397,15 @@ TEST_P(StoreConformance, RemoveThenNotFound) {
 }
 
 TEST_P(StoreConformance, InvalidKeysRejectedEverywhere) {
-  const std::vector<std::string> bad = {"../x",  "/abs",  "a//b", "",     "a/./b", "a/..",
-                                        ".",     "a/",    "x/../../etc/passwd",
+  const std::vector<std::string> bad = {"../x",
+                                        "/abs",
+                                        "a//b",
+                                        "",
+                                        "a/./b",
+                                        "a/..",
+                                        ".",
+                                        "a/",
+                                        "x/../../etc/passwd",
                                         std::string("a\0b", 3)};
   std::vector<std::byte> buf(4);
   for (const std::string& raw : bad) {
@@ -448,8 +461,8 @@ TEST_P(StoreConformance, ManyRequestsAtDepth8) {
     expect.push_back({offset, length, bytes});
     bufs.emplace_back(length + 1, kSentinel);
     // Tags unrelated to positions, to check they are carried, not inferred.
-    requests.push_back({K("many"), offset, std::span(bufs.back()).first(length),
-                        uint64_t(i) * 7919 + 13});
+    requests.push_back(
+        {K("many"), offset, std::span(bufs.back()).first(length), uint64_t(i) * 7919 + 13});
   }
   ReadQueueOptions o;
   o.depth = 8;
@@ -504,7 +517,8 @@ TEST_P(StoreConformance, WaitWithPastDeadline) {
   constexpr int kN = 50;
   std::vector<std::vector<std::byte>> bufs(kN, std::vector<std::byte>(4096));
   std::vector<ReadRequest> requests;
-  for (int i = 0; i < kN; ++i) requests.push_back({K("p"), uint64_t(i) * 4096, bufs[i], uint64_t(i)});
+  for (int i = 0; i < kN; ++i)
+    requests.push_back({K("p"), uint64_t(i) * 4096, bufs[i], uint64_t(i)});
   ASSERT_OK((*q)->Submit(requests));
   const auto give_up = Clock::now() + 30s;
   int timeouts = 0;
@@ -540,7 +554,8 @@ TEST_P(StoreConformance, WaitForMoreThanOutstandingReturns) {
   auto q = store_->NewReadQueue({});
   ASSERT_TRUE(q.ok());
   std::vector<std::byte> a(4), b(4), c(4);
-  const std::vector<ReadRequest> requests = {{K("m"), 0, a, 1}, {K("m"), 4, b, 2}, {K("m"), 8, c, 3}};
+  const std::vector<ReadRequest> requests = {
+      {K("m"), 0, a, 1}, {K("m"), 4, b, 2}, {K("m"), 8, c, 3}};
   ASSERT_OK((*q)->Submit(requests));
   const auto start = Clock::now();
   std::vector<ReadCompletion> out;
@@ -822,13 +837,13 @@ TEST_P(PosixStoreTest, DirectIoReadsAlignedRanges) {
     size_t expect;
   };
   const std::vector<Case> cases = {
-      {0, 2 * A, 2 * A},           // aligned, inside
-      {A, 3 * A, 2 * A + 100},     // runs past the unaligned end: short
-      {2 * A, A + 100, A + 100},   // unaligned length ending exactly at the end
-      {0, 50, 50},                 // unaligned length, no aligned part
-      {3 * A, 4 * A, 100},         // only the tail exists
-      {4 * A, A, 0},               // past the end
-      {A, A + 7, A + 7},           // unaligned length inside the object
+      {0, 2 * A, 2 * A},          // aligned, inside
+      {A, 3 * A, 2 * A + 100},    // runs past the unaligned end: short
+      {2 * A, A + 100, A + 100},  // unaligned length ending exactly at the end
+      {0, 50, 50},                // unaligned length, no aligned part
+      {3 * A, 4 * A, 100},        // only the tail exists
+      {4 * A, A, 0},              // past the end
+      {A, A + 7, A + 7},          // unaligned length inside the object
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
@@ -845,9 +860,9 @@ TEST_P(PosixStoreTest, DirectIoReadsAlignedRanges) {
     EXPECT_EQ(out[0].bytes, cases[i].expect);
     EXPECT_TRUE(std::equal(buf.data, buf.data + out[0].bytes,
                            data.begin() + std::min<uint64_t>(cases[i].offset, size)));
-    EXPECT_TRUE(std::all_of(buf.data + cases[i].length, buf.data + buf.size + A,
-                            [](std::byte b) { return b == std::byte{0x11}; }))
-        << "wrote past dst";
+    EXPECT_TRUE(std::all_of(buf.data + cases[i].length, buf.data + buf.size + A, [](std::byte b) {
+      return b == std::byte{0x11};
+    })) << "wrote past dst";
   }
 }
 
@@ -971,9 +986,9 @@ TEST_P(PosixStoreTest, QueueDestroyedWithUncachedReadsInFlight) {
       }
       std::fill(buf.data, buf.data + size, std::byte{0x42});
       std::this_thread::sleep_for(50ms);
-      ASSERT_TRUE(std::all_of(buf.data, buf.data + size,
-                              [](std::byte x) { return x == std::byte{0x42}; }))
-          << "a read wrote into a buffer after its queue was destroyed";
+      ASSERT_TRUE(std::all_of(buf.data, buf.data + size, [](std::byte x) {
+        return x == std::byte{0x42};
+      })) << "a read wrote into a buffer after its queue was destroyed";
     }
   }
 }
@@ -1120,14 +1135,15 @@ TEST(ValidateKey, AcceptsAndRejects) {
                                 "with space/ok", "ünïcode/ok"}) {
     EXPECT_TRUE(ValidateKey(good).ok()) << good << ": " << ValidateKey(good).ToString();
   }
-  for (std::string_view bad : {"", "/a", "a/", "a//b", ".", "..", "../a", "a/..", "a/./b",
-                               ".hidden", "a/.tmp.1.2"}) {
+  for (std::string_view bad :
+       {"", "/a", "a/", "a//b", ".", "..", "../a", "a/..", "a/./b", ".hidden", "a/.tmp.1.2"}) {
     const Status st = ValidateKey(bad);
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
   }
   const Status nul = ValidateKey(std::string_view("a\0b", 3));
   EXPECT_EQ(nul.code(), Code::kInvalidArgument);
-  EXPECT_NE(nul.message().find("a\\x00b"), std::string::npos) << "NUL shown escaped: " << nul.message();
+  EXPECT_NE(nul.message().find("a\\x00b"), std::string::npos)
+      << "NUL shown escaped: " << nul.message();
   EXPECT_NE(ValidateKey("a//b").message().find("\"a//b\""), std::string::npos);
 }
 

@@ -46,6 +46,8 @@ class PerFileLoader {
   // OutOfRange at the end of the epoch.
   virtual Result<Batch> Next() = 0;
   virtual uint64_t num_batches() const = 0;
+  // Bytes read from files so far.
+  virtual uint64_t bytes_read() const = 0;
 };
 
 // What a loader run measured.

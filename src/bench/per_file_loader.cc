@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <map>
@@ -88,6 +89,7 @@ class PerFileLoaderImpl final : public PerFileLoader {
   }
 
   uint64_t num_batches() const override { return num_batches_; }
+  uint64_t bytes_read() const override { return bytes_read_.load(); }
 
  private:
   void Stop() {
@@ -125,6 +127,7 @@ class PerFileLoaderImpl final : public PerFileLoader {
         ids[k] = order_[first + k];
         const PackSource& src = sources_.files[ids[k]];
         st = ReadWholeFile(src.path, &files[k]);
+        bytes_read_ += files[k].size();
         labels[k] = src.label;
       }
       Result<Batch> batch = st;
@@ -159,6 +162,7 @@ class PerFileLoaderImpl final : public PerFileLoader {
   uint64_t next_build_ = 0, next_consume_ = 0;
   std::map<uint64_t, Result<Batch>> ready_;
   std::vector<std::thread> workers_;
+  std::atomic<uint64_t> bytes_read_{0};
 };
 
 }  // namespace

@@ -27,6 +27,8 @@ void RegisterInspect(CLI::App& app, Action* action);
 void RegisterVerify(CLI::App& app, Action* action);
 void RegisterBench(CLI::App& app, Action* action);
 void RegisterDemo(CLI::App& app, Action* action);
+// `bench storage`, registered under the `bench` subcommand.
+void RegisterBenchStorage(CLI::App* bench, Action* action);
 
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);

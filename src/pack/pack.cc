@@ -59,12 +59,6 @@ Status ReadSource(const std::string& path, std::vector<std::byte>* out) {
   return Status::Ok();
 }
 
-std::string ShardKey(uint32_t n) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "shards/%06u.stks", n);
-  return buf;
-}
-
 }  // namespace
 
 Result<PackSources> ScanImageFolder(const std::string& root) {
@@ -243,7 +237,7 @@ Result<format::Manifest> Pack(const PackSources& sources, Store& dst, const Pack
       }
       format::ShardInfo info;
       if (st.ok()) {
-        info.key = ShardKey(static_cast<uint32_t>(s));
+        info.key = format::ShardKey(static_cast<uint32_t>(s));
         info.samples = builder.sample_count();
         const uint64_t payload = builder.payload_bytes();
         const uint64_t max_sample = builder.max_sample_bytes();

@@ -114,8 +114,8 @@ ssize_t PreadOnce(int fd, void* dst, size_t length, uint64_t offset) {
 
 // A kDirectIoAlignment-aligned block, for the unaligned tail of direct reads.
 struct AlignedBlock {
-  AlignedBlock() : data(static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment,
-                                                                    kDirectIoAlignment))) {}
+  AlignedBlock()
+      : data(static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, kDirectIoAlignment))) {}
   ~AlignedBlock() { std::free(data); }
   AlignedBlock(const AlignedBlock&) = delete;
   AlignedBlock& operator=(const AlignedBlock&) = delete;
@@ -344,8 +344,8 @@ class PosixStore final : public Store {
         slash == std::string_view::npos ? std::string_view() : prefix.substr(0, slash);
     const std::string_view name_filter =
         slash == std::string_view::npos ? prefix : prefix.substr(slash + 1);
-    const std::string dir = dir_part.empty() ? (root_.empty() ? "/" : root_)
-                                             : JoinPath(root_, dir_part);
+    const std::string dir =
+        dir_part.empty() ? (root_.empty() ? "/" : root_) : JoinPath(root_, dir_part);
     std::vector<ObjectInfo> out;
     int fd;
     do {
@@ -466,8 +466,8 @@ Result<Engine> ChooseEngine(const StoreOptions& options) {
                        "=threads uses a thread pool instead");
 #else
     if (name == "auto") return Engine::kThreads;
-    return Unsupported("stoker was built without io_uring (-DSTOKER_WITH_IO_URING=ON); " +
-                       origin + "=threads uses a thread pool instead");
+    return Unsupported("stoker was built without io_uring (-DSTOKER_WITH_IO_URING=ON); " + origin +
+                       "=threads uses a thread pool instead");
 #endif
   }
   return InvalidArgument("unknown POSIX engine " + Quote(name) + " in " + origin +

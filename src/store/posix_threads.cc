@@ -151,7 +151,7 @@ class ThreadQueueCore final : public IoThreadPool::Client {
   const bool direct_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> pending_;       // guarded by mu_
+  std::deque<Pending> pending_;        // guarded by mu_
   std::vector<ReadCompletion> ready_;  // guarded by mu_
   uint32_t turns_ = 0;                 // guarded by mu_; in line or running
   uint32_t running_ = 0;               // guarded by mu_

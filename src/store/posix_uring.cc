@@ -211,8 +211,8 @@ class UringReadQueue final : public ReadQueue {
     size_t main = 0;
     size_t done = 0;
     bool in_tail = false;
-    bool in_kernel = false;  // an SQE of this op is in the ring
-    uint64_t sqe_data = 0;   // that SQE's user_data, for cancellation
+    bool in_kernel = false;       // an SQE of this op is in the ring
+    uint64_t sqe_data = 0;        // that SQE's user_data, for cancellation
     std::byte* bounce = nullptr;  // aligned_alloc'ed on first need, kept
   };
 
@@ -407,7 +407,7 @@ class UringReadQueue final : public ReadQueue {
     const bool eof = n == 0 || (direct_ && n % kDirectIoAlignment != 0);
     if (eof || op.done == op.dst.size()) return Finish(slot, Status::Ok());
     if (op.done == op.main) op.in_tail = true;  // main part done; tail next
-    PrepRead(slot);  // short read before the end: continue
+    PrepRead(slot);                             // short read before the end: continue
   }
 
   void Finish(uint32_t slot, Status status) {

@@ -1,0 +1,33 @@
+"""stoker: keeps GPUs fed. Packed shards on storage -> batches in Python.
+
+    import stoker
+    stoker.pack("train/", "/data/train-ds")             # ImageFolder -> dataset
+    loader = stoker.Loader("/data/train-ds", batch_size=256, decode="image",
+                           format="torch")               # rank/world from torchrun etc.
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:                             # dict of zero-copy tensors
+            images, labels = batch["image"], batch["label"]
+
+See stoker.Loader for batches, epochs and resume, stoker.errors for the
+exceptions, and stoker.torch for a torch IterableDataset.
+"""
+
+from . import _stoker
+from . import errors
+from .errors import *  # noqa: F401,F403
+
+errors._register(_stoker)
+
+from .dataset import inspect, pack, verify  # noqa: E402
+from .loader import BytesColumn, DistributedEnv, Loader, distributed_env  # noqa: E402
+
+__version__ = _stoker.__version__
+
+__all__ = [
+    "Loader", "BytesColumn", "DistributedEnv", "distributed_env", "pack", "inspect", "verify",
+    "StokerError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
+    "PermissionDeniedError", "CorruptionError", "UnsupportedError", "StorageIOError",
+    "StorageTimeoutError", "UnavailableError", "NoSpaceError", "CancelledError",
+    "OutOfRangeError", "InternalError",
+]

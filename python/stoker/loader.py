@@ -1,0 +1,573 @@
+"""stoker.Loader: batches from a packed dataset, as numpy arrays or torch tensors.
+
+A batch is a dict. Every value is a view of the one buffer the C++ loader
+built the batch in (no copy); the buffer lives while any array or tensor
+refers to it and goes back to the loader's pool after:
+
+    "sample_ids"  uint64[N]   global sample ids, in delivery order
+    "padding"     bool[N]     True where the sample is a repeat that evens
+                              out the ranks (drop_last=False)
+    int64 field   int64[N]    e.g. "label"
+    image field   uint8[N, H, W, 3]  when decoded (decode=...)
+    bytes field   BytesColumn (offsets uint64[N + 1], data uint8[...]):
+                              sample i is data[offsets[i]:offsets[i + 1]]
+
+With format="torch" the same views are torch tensors (torch.from_numpy, so
+still no copy); uint64 arrays become int64 tensors, since torch has no
+uint64.
+
+Epochs follow torch's DataLoader + DistributedSampler:
+
+- ``iter(loader)`` runs the *current* epoch, 0 until ``set_epoch(e)`` is
+  called; like DistributedSampler, the same epoch number gives the same order
+  again, so call ``set_epoch`` before each epoch.
+- ``state_dict()`` is where the current epoch stands: the batches handed out
+  so far count as consumed (save it after the step that used the batch).
+  After an epoch ends it is ``{"epoch": e, "position": <end>}``: "epoch e
+  done".
+- ``load_state_dict(sd)`` makes the next ``iter()`` run epoch sd["epoch"]
+  from where it stood; ``set_epoch`` with that same epoch keeps the resume
+  point (so the usual ``for e in range(start, n): set_epoch(e); for b in
+  loader`` loop resumes correctly), another epoch drops it.
+- ``set_epoch`` and ``load_state_dict`` take effect at the next ``iter()``.
+  One iteration at a time: a new ``iter()`` ends the previous iterator (it
+  raises RuntimeError if used again).
+- When an epoch ends, the loader starts reading epoch e + 1 in the
+  background, so that the next ``set_epoch(e + 1); iter()`` finds its first
+  batches ready.
+
+``len(loader)`` is the number of batches this rank gets in a full epoch
+(every rank gets the same number); ``loader.num_batches`` is what the
+current (or next) iteration yields from where it starts, less after a
+resume.
+
+Rank and world size, when not given, come from the environment: torchrun
+(RANK, WORLD_SIZE), Open MPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE), MPICH
+(PMI_RANK/PMI_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS), else 0 and 1.
+
+A Loader must not be used in a process forked from the one that made it
+(its worker threads do not exist there): use torch DataLoaders with
+num_workers=0 around it (stoker has its own workers). In a forked child it
+raises RuntimeError instead of hanging.
+"""
+
+import collections.abc
+import numbers
+import os
+import weakref
+
+import numpy as np
+
+from . import _stoker
+
+__all__ = ["Loader", "BytesColumn", "DistributedEnv", "distributed_env"]
+
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
+_DEFAULT_DECODE_SIZE = (224, 224)
+_MAX_DECODE_SIDE = 8192
+_METADATA_KEYS = ("sample_ids", "padding")
+_STATE_VERSION = 1
+
+
+# ---- rank and world size from the environment ------------------------------
+
+DistributedEnv = collections.namedtuple("DistributedEnv", "rank world_size local_rank source")
+DistributedEnv.__doc__ = """Where this process stands in a job: rank, world size,
+rank within the node, and the launcher they were read from (None: not launched
+by one; then 0, 1, 0)."""
+
+# (launcher, rank variable, world size variable, local rank variable), in the
+# order they are trusted: torchrun under srun sets both RANK and SLURM_PROCID,
+# and torchrun's is the one that counts.
+_LAUNCHERS = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+
+
+def distributed_env(environ=None):
+    """Rank, world size and local rank from the launcher's variables.
+
+    The first launcher whose rank and world size variables are both set wins
+    (torchrun, then mpirun, MPICH, Slurm). A malformed value is a ValueError
+    naming the variable.
+    """
+    env = os.environ if environ is None else environ
+    for source, rank_var, world_var, local_var in _LAUNCHERS:
+        if rank_var in env and world_var in env:
+            rank = _env_int(env, rank_var, 0)
+            world = _env_int(env, world_var, 1)
+            local = _env_int(env, local_var, 0) if local_var in env else 0
+            if rank >= world:
+                raise ValueError(
+                    f"{rank_var}={rank} is not below {world_var}={world} (from {source})")
+            return DistributedEnv(rank, world, local, source)
+    return DistributedEnv(0, 1, 0, None)
+
+
+def _env_int(env, name, minimum):
+    text = env[name]
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
+    if value < minimum:
+        raise ValueError(f"environment variable {name}={value} must be at least {minimum}")
+    return value
+
+
+# ---- option checks ---------------------------------------------------------
+
+
+def _int(name, value, minimum=0, maximum=_U32):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    value = int(value)
+    if value < minimum or value > maximum:
+        if maximum in (_U32, _U64):
+            raise ValueError(f"{name} must be at least {minimum}, got {value}"
+                             if value < minimum else f"{name} is too large: {value}")
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _bool(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+    return bool(value)
+
+
+def _seconds(name, value, allow_zero=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    value = float(value)
+    if not (value >= 0 if allow_zero else value > 0) or value > 1e7:
+        raise ValueError(f"{name} must be {'at least 0' if allow_zero else 'positive'} "
+                         f"seconds, got {value}")
+    return value
+
+
+def _decode_options(decode):
+    """decode=None | "FIELD" | {"field": "FIELD", "size": (H, W) or S} -> (field, h, w)."""
+    if decode is None:
+        return "", *_DEFAULT_DECODE_SIZE
+    if isinstance(decode, str):
+        field, size = decode, _DEFAULT_DECODE_SIZE
+    elif isinstance(decode, collections.abc.Mapping):
+        for key in decode:
+            if key not in ("field", "size"):
+                raise ValueError(f"unknown decode option {key!r} (known: 'field', 'size')")
+        if "field" not in decode:
+            raise ValueError("decode needs a 'field': the bytes field holding the JPEGs, "
+                             "e.g. decode={'field': 'image', 'size': (224, 224)}")
+        field, size = decode["field"], decode.get("size", _DEFAULT_DECODE_SIZE)
+    else:
+        raise TypeError("decode must be None, a field name, or a dict with 'field' and 'size', "
+                        f"not {type(decode).__name__}")
+    if not isinstance(field, str) or not field:
+        raise ValueError(f"decode field must be a non-empty field name, got {field!r}")
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        size = (size, size)
+    if (not isinstance(size, (tuple, list)) or len(size) != 2
+            or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in size)):
+        raise ValueError(f"decode size must be (height, width) or one int, got {size!r}")
+    height, width = (int(s) for s in size)
+    if not (1 <= height <= _MAX_DECODE_SIDE and 1 <= width <= _MAX_DECODE_SIDE):
+        raise ValueError(f"decode size must be between 1x1 and {_MAX_DECODE_SIDE}x"
+                         f"{_MAX_DECODE_SIDE}, got {height}x{width}")
+    return field, height, width
+
+
+_STORE_OPTIONS = ("posix_engine", "io_threads", "op_timeout")
+_POSIX_ENGINES = ("auto", "io_uring", "threads")
+
+
+def _store_options(store):
+    """store=None | {"posix_engine": ..., "io_threads": N, "op_timeout": seconds}."""
+    store = {} if store is None else store
+    if not isinstance(store, collections.abc.Mapping):
+        raise TypeError(f"store must be a dict of store options, not {type(store).__name__}")
+    for key in store:
+        if key not in _STORE_OPTIONS:
+            raise ValueError(f"unknown store option {key!r} (known: {', '.join(_STORE_OPTIONS)})")
+    engine = store.get("posix_engine", "auto")
+    if engine not in _POSIX_ENGINES:
+        raise ValueError(f"store option posix_engine must be one of {_POSIX_ENGINES}, "
+                         f"got {engine!r}")
+    io_threads = _int("store option io_threads", store.get("io_threads", 0), 0, 4096)
+    op_timeout = _seconds("store option op_timeout", store.get("op_timeout", 0), allow_zero=True)
+    return engine, io_threads, op_timeout
+
+
+# ---- batches ----------------------------------------------------------------
+
+
+class BytesColumn:
+    """A variable-length field of a batch, as two views of the batch buffer.
+
+    ``offsets`` has N + 1 entries; sample i's bytes are
+    ``data[offsets[i]:offsets[i + 1]]``, which ``column[i]`` returns (a view,
+    not a copy). ``column.tolist()`` copies them out as ``bytes`` objects.
+    """
+
+    __slots__ = ("offsets", "data")
+
+    def __init__(self, offsets, data):
+        self.offsets = offsets
+        self.data = data
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        n = len(self.offsets) - 1
+        if not isinstance(i, numbers.Integral):
+            raise TypeError(f"BytesColumn indices must be integers, not {type(i).__name__}")
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample {i} is out of range for a batch of {n}")
+        return self.data[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def tolist(self):
+        """The samples as a list of bytes objects (copies)."""
+        data = self.data if isinstance(self.data, np.ndarray) else self.data.numpy()
+        offsets = [int(o) for o in self.offsets]
+        return [data[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(offsets) - 1)]
+
+    def __repr__(self):
+        return f"BytesColumn({len(self)} samples, {int(self.offsets[-1])} bytes)"
+
+
+def _torch_view(array):
+    import torch  # only when format="torch" is used
+
+    if array.dtype == np.uint64:
+        array = array.view(np.int64)  # torch has no uint64; ids and offsets are < 2**63
+    return torch.from_numpy(array)
+
+
+def _to_torch(batch):
+    for name, value in batch.items():
+        if isinstance(value, BytesColumn):
+            batch[name] = BytesColumn(_torch_view(value.offsets), _torch_view(value.data))
+        else:
+            batch[name] = _torch_view(value)
+    return batch
+
+
+# ---- fork safety -------------------------------------------------------------
+
+_live_loaders = weakref.WeakSet()
+
+
+class _Forked:
+    """Stands in for the C++ loader in a forked child, where its threads are gone."""
+
+    def _fail(self, *args, **kwargs):
+        raise RuntimeError(
+            "this stoker.Loader was created in another process: a forked child cannot use "
+            "it (its worker threads do not exist here). Create the Loader in the process "
+            "that iterates it; with torch's DataLoader use num_workers=0.")
+
+    next = start_epoch = num_batches = state = stats = _fail
+
+    def close(self):
+        pass
+
+
+def _after_fork_in_child():
+    for loader in list(_live_loaders):
+        loader._impl.abandon()  # leaked on purpose: joining threads that are gone would hang
+        loader._impl = _Forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---- the loader ---------------------------------------------------------------
+
+
+class Loader:
+    """Iterable of batches from the stoker dataset at ``uri``.
+
+    Args:
+      uri: the dataset: a path, ``file:///path``, ``rados://POOL/PREFIX``, ``mem://NAME``.
+      batch_size: samples per batch (the last one of an epoch may be short
+        unless drop_last).
+      shuffle: shuffle shards, then samples within windows of ``shuffle_window``
+        shards. The order depends only on (dataset, seed, epoch).
+      seed: the order's seed; the same on every rank.
+      rank, world_size: this process's share; from the environment when None
+        (see :func:`distributed_env`).
+      drop_last: drop the tail that does not fill a batch on every rank;
+        otherwise the ranks are evened out with repeated samples marked in
+        ``batch["padding"]``.
+      decode: None, the name of a bytes field holding JPEGs (decoded and
+        resized to 224x224 RGB), or ``{"field": name, "size": (H, W)}``.
+      fields: the fields to deliver (default: all).
+      format: "numpy" (default) or "torch".
+      threads: collate/decode workers; 0 = the machine's cores.
+      reads_in_flight: whole-shard reads outstanding.
+      memory_budget: bytes for shard and batch buffers (the loader refuses a
+        budget too small for the shuffle window, naming what it needs).
+      prefetch: batches built ahead of the consumer.
+      shuffle_window: shards whose samples are mixed together.
+      read_retries, read_timeout: a shard read that fails with a retryable
+        error is tried again this many times; one read's deadline (seconds).
+      direct_io: read shards with O_DIRECT (local files).
+      store: store options: {"posix_engine": "auto"|"io_uring"|"threads",
+        "io_threads": N, "op_timeout": seconds}.
+
+    Raises ValueError (stoker.InvalidArgumentError for what C++ checks) for
+    bad options, stoker.NotFoundError (a FileNotFoundError) when there is no
+    dataset at ``uri``, and the matching stoker error for anything else.
+    """
+
+    def __init__(self, uri, batch_size, *, shuffle=True, seed=0, rank=None, world_size=None,
+                 drop_last=False, decode=None, fields=None, format="numpy", threads=0,
+                 reads_in_flight=8, memory_budget=512 << 20, prefetch=4, shuffle_window=8,
+                 read_retries=3, read_timeout=60.0, direct_io=False, store=None):
+        self._impl = None  # so close() and __repr__ work if a check below raises
+        if not isinstance(uri, (str, os.PathLike)):
+            raise TypeError(f"uri must be a str or path, not {type(uri).__name__}")
+        uri = os.fspath(uri)
+        if not uri:
+            raise ValueError("uri is empty")
+        self.batch_size = _int("batch_size", batch_size, 1)
+        self.shuffle = _bool("shuffle", shuffle)
+        self.seed = _int("seed", seed, 0, _U64)
+        self.drop_last = _bool("drop_last", drop_last)
+        shuffle_window = _int("shuffle_window", shuffle_window, 1)
+        if rank is None or world_size is None:
+            env = distributed_env()
+            rank = env.rank if rank is None else rank
+            world_size = env.world_size if world_size is None else world_size
+            where = f" (from {env.source})" if env.source else ""
+        else:
+            where = ""
+        self.rank = _int("rank", rank, 0)
+        self.world_size = _int("world_size", world_size, 1)
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} must be below world_size {self.world_size}{where}")
+        decode_field, decode_height, decode_width = _decode_options(decode)
+        if fields is not None:
+            if isinstance(fields, str) or not isinstance(fields, collections.abc.Iterable):
+                raise TypeError("fields must be a list of field names")
+            fields = list(fields)
+            for f in fields:
+                if not isinstance(f, str):
+                    raise TypeError(f"fields must be a list of field names, got {f!r}")
+        if format not in ("numpy", "torch"):
+            raise ValueError(f"format must be 'numpy' or 'torch', got {format!r}")
+        self.format = format
+        engine, io_threads, op_timeout = _store_options(store)
+
+        self._impl = _stoker._Loader(
+            uri=uri, batch_size=self.batch_size, shuffle=self.shuffle, seed=self.seed,
+            shuffle_window_shards=shuffle_window, rank=self.rank, world_size=self.world_size,
+            drop_last=self.drop_last,
+            reads_in_flight=_int("reads_in_flight", reads_in_flight, 1),
+            memory_budget=_int("memory_budget", memory_budget, 1, _U64),
+            prefetch_batches=_int("prefetch", prefetch, 0),
+            threads=_int("threads", threads, 0, 4096), direct_io=_bool("direct_io", direct_io),
+            fields=fields or [], decode_field=decode_field, decode_height=decode_height,
+            decode_width=decode_width, read_retries=_int("read_retries", read_retries, 0),
+            read_timeout_s=_seconds("read_timeout", read_timeout), start_epoch=0,
+            start_position=0, posix_engine=engine, io_threads=io_threads,
+            op_timeout_s=op_timeout)
+        self.uri = uri
+        self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
+        self._shuffle_window = shuffle_window
+        types = {f["name"]: f["type"] for f in self.info["fields"]}
+        delivered = fields or list(types)
+        for name in _METADATA_KEYS:
+            if name in delivered:
+                self.close()
+                raise ValueError(f"the dataset has a field named {name!r}, which is also a key "
+                                 "stoker adds to each batch; leave it out with fields=[...]")
+        self._bytes_fields = tuple(n for n in delivered if types[n] == "bytes" and n != decode_field)
+
+        # Epoch bookkeeping (see the module docstring).
+        self._epoch = 0          # the epoch the next iter() runs
+        self._resume = 0         # the position it starts at
+        self._started = False    # an iter() of _epoch began since set_epoch/load_state_dict
+        self._iter_start = 0     # the position the latest iter() started at
+        self._final = None       # (epoch, position) once that iteration ended
+        self._ready = (0, 0)     # (epoch, position) C++ is reading ahead for, untouched; or None
+        self._generation = 0     # bumps at each iter(); older iterators are dead
+        _live_loaders.add(self)
+
+    # -- iteration --
+
+    def __iter__(self):
+        target = (self._epoch, self._resume)
+        if self._ready != target:
+            self._impl.start_epoch(*target)
+        self._ready = None
+        self._started = True
+        self._iter_start = self._resume
+        self._resume = 0
+        self._final = None
+        self._generation += 1
+        return _EpochIterator(self, self._generation)
+
+    def _epoch_ended(self):
+        self._final = self._impl.state()
+        # Read ahead for the epoch that most likely comes next.
+        following = (self._final[0] + 1, 0)
+        try:
+            self._impl.start_epoch(*following)
+            self._ready = following
+        except Exception:  # noqa: BLE001 -- a failure is reported again by the next iter()
+            self._ready = None
+
+    def __len__(self):
+        return self._batches_from(0)
+
+    @property
+    def num_batches(self):
+        """Batches the current (or next) iteration yields, from where it starts."""
+        return self._batches_from(self._iter_start if self._started else self._resume)
+
+    def _batches_from(self, position):
+        # plan.h: drop_last gives floor(rest / (world * batch)) batches; padding
+        # gives ceil(rest / world) samples, in ceil(. / batch) batches.
+        rest = self.info["samples"] - position
+        if self.drop_last:
+            return rest // (self.world_size * self.batch_size)
+        per_rank = -(-rest // self.world_size)
+        return -(-per_rank // self.batch_size)
+
+    # -- epochs and resume --
+
+    @property
+    def epoch(self):
+        """The epoch the current (or next) iteration runs."""
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        """Makes the next iter() run `epoch` (from its start, unless load_state_dict
+        set a resume point in that same epoch)."""
+        epoch = _int("epoch", epoch, 0, _U64)
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._resume = 0
+            self._started = False
+            self._final = None
+
+    def state_dict(self):
+        """Where the current epoch stands; batches handed out count as consumed."""
+        if not self._started:
+            epoch, position = self._epoch, self._resume
+        elif self._final is not None:
+            epoch, position = self._final
+        else:
+            epoch, position = self._impl.state()
+        return {
+            "version": _STATE_VERSION,
+            "epoch": epoch,
+            "position": position,  # global samples consumed, by all ranks together
+            "samples": self.info["samples"],
+            "dataset_id": self.info["dataset_id"],
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "shuffle_window": self._shuffle_window,
+        }
+
+    def load_state_dict(self, state):
+        """Makes the next iter() resume from `state` (from state_dict(), on any
+        world size or batch size; the seed and shuffle settings must match)."""
+        if not isinstance(state, collections.abc.Mapping):
+            raise TypeError(f"state must be a dict from Loader.state_dict(), "
+                            f"not {type(state).__name__}")
+        missing = [k for k in ("epoch", "position") if k not in state]
+        if missing:
+            raise ValueError(f"state is missing {', '.join(missing)}: not a stoker.Loader "
+                             "state_dict()")
+        if state.get("version", _STATE_VERSION) != _STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')} is not supported "
+                             f"(this stoker writes version {_STATE_VERSION})")
+        epoch = _int("state epoch", state["epoch"], 0, _U64)
+        position = _int("state position", state["position"], 0, _U64)
+        if position > self.info["samples"]:
+            raise ValueError(f"state position {position} is past the end of the dataset "
+                             f"({self.info['samples']} samples)")
+        if "dataset_id" in state and state["dataset_id"] != self.info["dataset_id"]:
+            raise ValueError(f"state was saved for dataset {state['dataset_id']}, this loader "
+                             f"reads {self.info['dataset_id']} ({self.uri})")
+        mine = {"seed": self.seed, "shuffle": self.shuffle, "shuffle_window": self._shuffle_window}
+        for key, value in mine.items():
+            if key in state and state[key] != value:
+                raise ValueError(f"state was saved with {key}={state[key]!r}, this loader has "
+                                 f"{key}={value!r}: the position would select other samples")
+        self._epoch = epoch
+        self._resume = position
+        self._started = False
+        self._final = None
+
+    # -- the rest --
+
+    def stats(self):
+        """Counters: shards_read, bytes_read, samples_delivered, batches_delivered,
+        read_retries, wait_seconds (time spent blocked waiting for a batch),
+        peak_buffer_bytes."""
+        return self._impl.stats()
+
+    def close(self):
+        """Stops the workers and frees the buffers; batches already delivered stay valid."""
+        if self._impl is not None:
+            self._impl.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self._impl is None:
+            return "<stoker.Loader (not opened)>"
+        return (f"<stoker.Loader {self.uri!r} samples={self.info['samples']} "
+                f"batch_size={self.batch_size} rank={self.rank}/{self.world_size} "
+                f"epoch={self._epoch}>")
+
+
+class _EpochIterator:
+    """One pass over an epoch; dies when its Loader starts another."""
+
+    __slots__ = ("_loader", "_generation", "_done")
+
+    def __init__(self, loader, generation):
+        self._loader = loader
+        self._generation = generation
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        loader = self._loader
+        if self._generation != loader._generation:
+            raise RuntimeError("this iterator was ended by a newer iter() of the same "
+                               "stoker.Loader (one iteration at a time)")
+        if self._done:
+            raise StopIteration
+        batch = loader._impl.next()
+        if batch is None:
+            self._done = True
+            loader._epoch_ended()
+            raise StopIteration
+        for name in loader._bytes_fields:
+            batch[name] = BytesColumn(*batch[name])
+        if loader.format == "torch":
+            _to_torch(batch)
+        return batch

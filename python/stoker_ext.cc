@@ -1,0 +1,432 @@
+// stoker._stoker: the one file that binds the C++ core to Python (pybind11).
+//
+// It stays thin on purpose: option checks, environment lookups, epoch
+// semantics and the friendly API are plain Python (python/stoker/). What
+// lives here is what must be C++:
+//   - batches as numpy arrays that share the batch buffer: every array of a
+//     batch has as its base one capsule that owns a reference to the buffer,
+//     so the memory lives while any array (or a torch tensor made from one)
+//     refers to it and goes back to the loader's pool after;
+//   - the GIL released while C++ waits (Next, StartEpoch, Open, pack, verify);
+//   - Status -> Python exception, with the Status message unchanged. The
+//     exception classes are defined in stoker/errors.py and registered here
+//     by _register_errors(); until then errors are RuntimeError.
+//
+// Thread safety: a _Loader may be called from several Python threads; calls
+// are serialised by a mutex taken after the GIL is released (so a thread
+// waiting for data never holds the GIL while another waits for the mutex).
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/dataset.h"
+#include "stoker/format.h"
+#include "stoker/loader.h"
+#include "stoker/pack.h"
+#include "stoker/status.h"
+#include "stoker/store.h"
+
+namespace py = pybind11;
+
+namespace stoker::python {
+namespace {
+
+// ---- errors -----------------------------------------------------------------
+
+// A non-OK Status on its way to Python.
+struct StatusError {
+  Status status;
+};
+
+// Python exception class per Code, filled by _register_errors.
+std::array<PyObject*, static_cast<size_t>(Code::kInternal) + 1> g_error_classes{};
+
+[[noreturn]] void Throw(const Status& s) { throw StatusError{s}; }
+
+template <typename T>
+T Unwrap(Result<T> r) {
+  if (!r.ok()) Throw(r.status());
+  return std::move(r).value();
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) Throw(s);
+}
+
+// Raises the registered class for the code, with the Status message as its
+// only argument (so str(e) is the message) and .code / .retryable set.
+void RaiseStatus(const Status& s) {
+  const auto index = static_cast<size_t>(s.code());
+  PyObject* cls = index < g_error_classes.size() ? g_error_classes[index] : nullptr;
+  if (cls == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, s.ToString().c_str());
+    return;
+  }
+  py::object exc = py::reinterpret_borrow<py::object>(cls)(s.message());
+  exc.attr("code") = std::string(CodeName(s.code()));
+  exc.attr("retryable") = s.retryable();
+  PyErr_SetObject(cls, exc.ptr());
+}
+
+void RegisterErrors(const py::dict& classes) {
+  for (auto [key, value] : classes) {
+    const int code = key.cast<int>();
+    if (code <= 0 || code >= static_cast<int>(g_error_classes.size())) {
+      throw py::value_error("no stoker status code " + std::to_string(code));
+    }
+    PyObject* cls = value.ptr();
+    Py_INCREF(cls);  // kept for the life of the process
+    std::swap(g_error_classes[code], cls);
+    Py_XDECREF(cls);
+  }
+}
+
+// ---- batches as arrays --------------------------------------------------------
+
+// One capsule per batch owns a reference to the batch buffer; it is the base
+// of every array of the batch.
+py::capsule BufferOwner(const Batch& batch) {
+  auto* ref = new std::shared_ptr<const BatchMemory>(batch.memory());
+  return py::capsule(ref, [](void* p) { delete static_cast<std::shared_ptr<const BatchMemory>*>(p); });
+}
+
+template <typename T>
+py::array View(std::span<const T> values, const py::capsule& owner) {
+  // Writable: the buffer belongs to this batch alone, and torch.from_numpy
+  // warns about read-only arrays.
+  return py::array_t<T>({values.size()}, {sizeof(T)}, const_cast<T*>(values.data()), owner);
+}
+
+py::array BoolView(std::span<const uint8_t> values, const py::capsule& owner) {
+  return py::array(py::dtype("bool"), {values.size()}, {sizeof(uint8_t)},
+                   const_cast<uint8_t*>(values.data()), owner);
+}
+
+py::array ByteView(std::span<const std::byte> bytes, const py::capsule& owner) {
+  auto* p = reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
+  return py::array_t<uint8_t>({bytes.size()}, {sizeof(uint8_t)}, p, owner);
+}
+
+py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& owner) {
+  const size_t hw = size_t{c.width} * c.channels;
+  return py::array_t<uint8_t>({n, size_t{c.height}, size_t{c.width}, size_t{c.channels}},
+                              {c.height * hw, hw, size_t{c.channels}, size_t{1}},
+                              const_cast<uint8_t*>(c.data.data()), owner);
+}
+
+// The batch as a dict: "sample_ids" (uint64), "padding" (bool), int64 fields
+// (int64), decoded image fields (uint8 N x H x W x C) and bytes fields as
+// (offsets uint64[N + 1], data uint8) tuples, all views of the batch buffer.
+py::dict BatchDict(const Batch& batch) {
+  const py::capsule owner = BufferOwner(batch);
+  py::dict d;
+  d["sample_ids"] = View(batch.sample_ids(), owner);
+  d["padding"] = BoolView(batch.padding(), owner);
+  for (const auto& c : batch.int64_columns()) d[py::str(c.name)] = View(c.values, owner);
+  for (const auto& c : batch.image_columns()) {
+    d[py::str(c.name)] = ImageView(c, batch.size(), owner);
+  }
+  for (const auto& c : batch.bytes_columns()) {
+    d[py::str(c.name)] = py::make_tuple(View(c.offsets, owner), ByteView(c.data, owner));
+  }
+  return d;
+}
+
+// ---- the dataset as a dict ---------------------------------------------------
+
+py::dict ManifestDict(std::string_view uri, const format::Manifest& m) {
+  uint64_t bytes = 0;
+  py::list shard_samples;
+  for (const auto& s : m.shards) {
+    bytes += s.bytes;
+    shard_samples.append(s.samples);
+  }
+  py::list fields;
+  for (const auto& f : m.fields) {
+    py::dict field;
+    field["name"] = f.name;
+    field["type"] = std::string(format::FieldTypeName(f.type));
+    fields.append(field);
+  }
+  py::dict d;
+  d["uri"] = std::string(uri);
+  d["format_version"] = m.format_version;
+  d["dataset_id"] = m.IdHex();
+  d["samples"] = m.sample_count;
+  d["shards"] = m.shards.size();
+  d["shard_samples"] = shard_samples;
+  d["bytes"] = bytes;
+  d["payload_bytes"] = m.payload_bytes;
+  d["max_sample_bytes"] = m.max_sample_bytes;
+  d["fields"] = fields;
+  d["classes"] = m.classes;
+  d["created_by"] = m.created_by;
+  return d;
+}
+
+StoreOptions MakeStoreOptions(const std::string& posix_engine, uint32_t io_threads,
+                              double op_timeout_s) {
+  StoreOptions o;
+  o.posix_engine = posix_engine;
+  o.io_threads = io_threads;
+  o.op_timeout = std::chrono::milliseconds(static_cast<int64_t>(op_timeout_s * 1000));
+  return o;
+}
+
+// ---- the loader ---------------------------------------------------------------
+
+class LoaderHandle {
+ public:
+  LoaderHandle(const std::string& uri, const LoaderOptions& options) {
+    Result<std::unique_ptr<Loader>> r = [&] {
+      py::gil_scoped_release release;
+      return Loader::Open(uri, options);
+    }();
+    loader_ = Unwrap(std::move(r));
+    info_ = ManifestDict(uri, loader_->manifest());
+  }
+
+  // The next batch as a dict of arrays, or None when the epoch is over.
+  py::object Next() {
+    Result<Batch> r = Locked([](Loader& l) { return l.Next(); });
+    if (!r.ok()) {
+      if (r.status().code() == Code::kOutOfRange) return py::none();
+      Throw(r.status());
+    }
+    const auto buffer = r->buffer();
+    last_buffer_ = {reinterpret_cast<uintptr_t>(buffer.data()), buffer.size()};
+    return BatchDict(*r);
+  }
+
+  void StartEpoch(uint64_t epoch, uint64_t position) {
+    Check(Locked([&](Loader& l) { return l.StartEpoch(epoch, position); }));
+  }
+
+  uint64_t NumBatches() {
+    return Locked([](Loader& l) { return l.num_batches(); });
+  }
+
+  std::pair<uint64_t, uint64_t> State() {
+    const LoaderState s = Locked([](Loader& l) { return l.state(); });
+    return {s.epoch, s.position};
+  }
+
+  py::dict Stats() {
+    const LoaderStats s = Locked([](Loader& l) { return l.stats(); });
+    py::dict d;
+    d["shards_read"] = s.shards_read;
+    d["bytes_read"] = s.bytes_read;
+    d["samples_delivered"] = s.samples_delivered;
+    d["batches_delivered"] = s.batches_delivered;
+    d["read_retries"] = s.read_retries;
+    d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
+    d["peak_buffer_bytes"] = s.peak_buffer_bytes;
+    return d;
+  }
+
+  // Stops the workers and frees the buffers not held by batches. Idempotent.
+  void Close() {
+    py::gil_scoped_release release;
+    std::lock_guard lock(mu_);
+    loader_.reset();
+  }
+
+  // After fork(): the workers do not exist in the child, so the Loader can
+  // neither be used nor destroyed (joining them would hang). Leak it.
+  void Abandon() { (void)loader_.release(); }
+
+  const py::dict& info() const { return info_; }
+  std::pair<uintptr_t, size_t> last_buffer() const { return last_buffer_; }
+
+ private:
+  // Runs f(loader) without the GIL, holding the loader's mutex. A closed
+  // loader raises (Cancelled, "the loader is closed").
+  template <typename F>
+  auto Locked(F f) -> decltype(f(std::declval<Loader&>())) {
+    std::optional<decltype(f(std::declval<Loader&>()))> result;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(mu_);
+      if (loader_) result.emplace(f(*loader_));
+    }
+    if (!result) Throw(Cancelled("the loader is closed"));
+    return std::move(*result);
+  }
+
+  std::mutex mu_;
+  std::unique_ptr<Loader> loader_;
+  py::dict info_;
+  std::pair<uintptr_t, size_t> last_buffer_{0, 0};
+};
+
+// Options arrive fully checked from stoker/loader.py; C++ checks them again.
+std::unique_ptr<LoaderHandle> MakeLoader(
+    const std::string& uri, uint32_t batch_size, bool shuffle, uint64_t seed,
+    uint32_t shuffle_window_shards, uint32_t rank, uint32_t world_size, bool drop_last,
+    uint32_t reads_in_flight, uint64_t memory_budget, uint32_t prefetch_batches, uint32_t threads,
+    bool direct_io, std::vector<std::string> fields, std::string decode_field,
+    uint32_t decode_height, uint32_t decode_width, uint32_t read_retries, double read_timeout_s,
+    uint64_t start_epoch, uint64_t start_position, std::string posix_engine, uint32_t io_threads,
+    double op_timeout_s) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.shuffle_window_shards = shuffle_window_shards;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.drop_last = drop_last;
+  o.reads_in_flight = reads_in_flight;
+  o.memory_budget = memory_budget;
+  o.prefetch_batches = prefetch_batches;
+  o.threads = threads;
+  o.direct_io = direct_io;
+  o.fields = std::move(fields);
+  o.decode.field = std::move(decode_field);
+  o.decode.height = decode_height;
+  o.decode.width = decode_width;
+  o.read_retries = read_retries;
+  o.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_timeout_s * 1000));
+  o.start = {start_epoch, start_position};
+  o.store = MakeStoreOptions(posix_engine, io_threads, op_timeout_s);
+  return std::make_unique<LoaderHandle>(uri, o);
+}
+
+// ---- pack, inspect, verify --------------------------------------------------
+
+py::dict PackDataset(const std::string& src, const std::string& dst, uint64_t shard_bytes,
+                     uint32_t threads, std::optional<py::function> progress) {
+  PackOptions o;
+  o.shard_bytes = shard_bytes;
+  o.threads = threads;
+  // The callback runs on pack's workers (serialised by pack). Its first
+  // exception is raised once Pack returns; later calls are skipped.
+  std::optional<py::error_already_set> callback_error;
+  if (progress) {
+    o.progress = [&](const PackProgress& p) {
+      py::gil_scoped_acquire acquire;
+      if (callback_error) return;
+      try {
+        py::dict d;
+        d["files_done"] = p.files_done;
+        d["files_total"] = p.files_total;
+        d["bytes_done"] = p.bytes_done;
+        d["bytes_total"] = p.bytes_total;
+        d["shards_written"] = p.shards_written;
+        (*progress)(d);
+      } catch (py::error_already_set& e) {
+        callback_error.emplace(std::move(e));
+      }
+    };
+  }
+  Result<format::Manifest> r = [&] {
+    py::gil_scoped_release release;
+    return Pack(src, dst, o);
+  }();
+  if (callback_error) throw std::move(*callback_error);
+  return ManifestDict(dst, Unwrap(std::move(r)));
+}
+
+py::dict Inspect(const std::string& uri) {
+  Result<format::Manifest> r = [&]() -> Result<format::Manifest> {
+    py::gil_scoped_release release;
+    STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, OpenStore(uri));
+    return ReadManifest(*store);
+  }();
+  return ManifestDict(uri, Unwrap(std::move(r)));
+}
+
+py::dict Verify(const std::string& uri, uint32_t reads_in_flight) {
+  Result<VerifyReport> r = [&]() -> Result<VerifyReport> {
+    py::gil_scoped_release release;
+    STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, OpenStore(uri));
+    VerifyOptions o;
+    o.reads_in_flight = reads_in_flight;
+    return VerifyDataset(*store, o);
+  }();
+  const VerifyReport report = Unwrap(std::move(r));
+  py::list problems;
+  for (const auto& p : report.problems) {
+    py::dict d;
+    d["shard"] = p.shard_key;
+    d["sample"] = p.sample >= 0 ? py::object(py::int_(p.sample)) : py::object(py::none());
+    d["code"] = std::string(CodeName(p.status.code()));
+    d["message"] = p.status.message();
+    problems.append(d);
+  }
+  py::dict d;
+  d["uri"] = uri;
+  d["ok"] = report.ok();
+  d["shards_checked"] = report.shards_checked;
+  d["samples_checked"] = report.samples_checked;
+  d["bytes_read"] = report.bytes_read;
+  d["problems"] = problems;
+  return d;
+}
+
+}  // namespace
+}  // namespace stoker::python
+
+PYBIND11_MODULE(_stoker, m) {
+  using namespace stoker::python;
+  namespace st = stoker;
+  m.doc() = "stoker's C++ core (use the `stoker` package, not this module)";
+  m.attr("__version__") = STOKER_VERSION;
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      RaiseStatus(e.status);
+    }
+  });
+  m.def("_register_errors", &RegisterErrors, py::arg("classes"),
+        "Maps status codes (int) to the exception classes raised for them.");
+  py::dict codes;
+  for (int c = 1; c <= static_cast<int>(st::Code::kInternal); ++c) {
+    codes[py::str(std::string(st::CodeName(static_cast<st::Code>(c))))] = c;
+  }
+  m.attr("STATUS_CODES") = codes;
+  m.def(
+      "_raise_status",
+      [](int code, std::string message, bool retryable) {
+        Throw(st::Status(static_cast<st::Code>(code), std::move(message), retryable));
+      },
+      "Raises the exception for a status (for tests of the mapping).");
+
+  py::class_<LoaderHandle>(m, "_Loader")
+      .def(py::init(&MakeLoader), py::arg("uri"), py::arg("batch_size"), py::arg("shuffle"),
+           py::arg("seed"), py::arg("shuffle_window_shards"), py::arg("rank"),
+           py::arg("world_size"), py::arg("drop_last"), py::arg("reads_in_flight"),
+           py::arg("memory_budget"), py::arg("prefetch_batches"), py::arg("threads"),
+           py::arg("direct_io"), py::arg("fields"), py::arg("decode_field"),
+           py::arg("decode_height"), py::arg("decode_width"), py::arg("read_retries"),
+           py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
+           py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"))
+      .def("next", &LoaderHandle::Next)
+      .def("start_epoch", &LoaderHandle::StartEpoch, py::arg("epoch"), py::arg("position"))
+      .def("num_batches", &LoaderHandle::NumBatches)
+      .def("state", &LoaderHandle::State)
+      .def("stats", &LoaderHandle::Stats)
+      .def("close", &LoaderHandle::Close)
+      .def("abandon", &LoaderHandle::Abandon)
+      .def_property_readonly("info", &LoaderHandle::info)
+      .def_property_readonly("last_buffer", &LoaderHandle::last_buffer,
+                             "(address, size) of the buffer of the last batch (for tests)");
+
+  m.def("pack", &PackDataset, py::arg("src"), py::arg("dst"), py::arg("shard_bytes"),
+        py::arg("threads"), py::arg("progress") = py::none());
+  m.def("inspect", &Inspect, py::arg("uri"));
+  m.def("verify", &Verify, py::arg("uri"), py::arg("reads_in_flight"));
+}
