@@ -139,7 +139,9 @@ void RegisterDemo(CLI::App& app, Action* action) {
       std::unique_ptr<PerFileLoader> per_file;
       auto base = EmulateTraining(
           [&]() -> Result<Batch> {
-            if (!per_file) STOKER_ASSIGN_OR_RETURN(per_file, PerFileLoader::Open(*sources, lo));
+            if (!per_file) {
+              STOKER_ASSIGN_OR_RETURN(per_file, PerFileLoader::Open(*sources, lo));
+            }
             return per_file->Next();
           },
           compute, 0);
@@ -152,7 +154,9 @@ void RegisterDemo(CLI::App& app, Action* action) {
       std::unique_ptr<Loader> loader;
       auto ours = EmulateTraining(
           [&]() -> Result<Batch> {
-            if (!loader) STOKER_ASSIGN_OR_RETURN(loader, Loader::Open(*store, lo));
+            if (!loader) {
+              STOKER_ASSIGN_OR_RETURN(loader, Loader::Open(*store, lo));
+            }
             return loader->Next();
           },
           compute, 0);
