@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -125,20 +126,52 @@ py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& ow
                               const_cast<uint8_t*>(c.data.data()), owner);
 }
 
+// How batches are handed to Python: `array` (e.g. torch.from_numpy) is applied
+// to each numpy view, `bytes_column` builds a bytes field's value from its
+// (offsets, data), and `signed_ids` types sample ids and offsets as int64
+// (torch has no uint64; both stay far below 2**63). None: as they are.
+struct Output {
+  py::object array = py::none();
+  py::object bytes_column = py::none();
+  bool signed_ids = false;
+};
+
+template <typename T>
+py::object Out(const Output& out, std::span<const T> values, const py::capsule& owner) {
+  py::array a;
+  if constexpr (std::is_same_v<T, uint64_t>) {
+    if (out.signed_ids) {
+      a = View(std::span<const int64_t>(reinterpret_cast<const int64_t*>(values.data()),
+                                        values.size()),
+               owner);
+    }
+  }
+  if (!a) a = View(values, owner);
+  return out.array.is_none() ? py::object(a) : out.array(a);
+}
+
+py::object Out(const Output& out, py::array a) {
+  return out.array.is_none() ? py::object(a) : out.array(a);
+}
+
 // The batch as a dict: "sample_ids" (uint64), "padding" (bool), int64 fields
 // (int64), decoded image fields (uint8 N x H x W x C) and bytes fields as
-// (offsets uint64[N + 1], data uint8) tuples, all views of the batch buffer.
-py::dict BatchDict(const Batch& batch) {
+// bytes_column(offsets uint64[N + 1], data uint8), all views of the batch
+// buffer.
+py::dict BatchDict(const Batch& batch, const Output& out) {
   const py::capsule owner = BufferOwner(batch);
   py::dict d;
-  d["sample_ids"] = View(batch.sample_ids(), owner);
-  d["padding"] = BoolView(batch.padding(), owner);
-  for (const auto& c : batch.int64_columns()) d[py::str(c.name)] = View(c.values, owner);
+  d["sample_ids"] = Out(out, batch.sample_ids(), owner);
+  d["padding"] = Out(out, BoolView(batch.padding(), owner));
+  for (const auto& c : batch.int64_columns()) d[py::str(c.name)] = Out(out, c.values, owner);
   for (const auto& c : batch.image_columns()) {
-    d[py::str(c.name)] = ImageView(c, batch.size(), owner);
+    d[py::str(c.name)] = Out(out, ImageView(c, batch.size(), owner));
   }
   for (const auto& c : batch.bytes_columns()) {
-    d[py::str(c.name)] = py::make_tuple(View(c.offsets, owner), ByteView(c.data, owner));
+    py::object offsets = Out(out, c.offsets, owner);
+    py::object data = Out(out, ByteView(c.data, owner));
+    d[py::str(c.name)] = out.bytes_column.is_none() ? py::object(py::make_tuple(offsets, data))
+                                                    : out.bytes_column(offsets, data);
   }
   return d;
 }
@@ -206,7 +239,11 @@ class LoaderHandle {
     }
     const auto buffer = r->buffer();
     last_buffer_ = {reinterpret_cast<uintptr_t>(buffer.data()), buffer.size()};
-    return BatchDict(*r);
+    return BatchDict(*r, output_);
+  }
+
+  void SetOutput(py::object array, py::object bytes_column, bool signed_ids) {
+    output_ = {std::move(array), std::move(bytes_column), signed_ids};
   }
 
   void StartEpoch(uint64_t epoch, uint64_t position) {
@@ -267,6 +304,7 @@ class LoaderHandle {
   std::mutex mu_;
   std::unique_ptr<Loader> loader_;
   py::dict info_;
+  Output output_;
   std::pair<uintptr_t, size_t> last_buffer_{0, 0};
 };
 
@@ -415,6 +453,8 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
            py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"))
       .def("next", &LoaderHandle::Next)
+      .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
+           py::arg("signed_ids"))
       .def("start_epoch", &LoaderHandle::StartEpoch, py::arg("epoch"), py::arg("position"))
       .def("num_batches", &LoaderHandle::NumBatches)
       .def("state", &LoaderHandle::State)

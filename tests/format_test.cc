@@ -142,6 +142,16 @@ TEST(FormatBasics, Hash64IsXxh3Seed0) {
   Bytes b = RandomBytes(1000, 7);
   EXPECT_EQ(Hash64(b), XXH3_64bits(b.data(), b.size()));
   EXPECT_EQ(Hash64({}), 0x2D06800538D394C2ull);  // XXH3-64 of the empty input
+  // Every length class of XXH3 (short, mid, long with a partial stripe and
+  // block) and unaligned starts: the AVX2 path must agree with the library.
+  Bytes big = RandomBytes(70000, 9);
+  for (size_t len : {1u, 3u, 4u, 8u, 9u, 16u, 17u, 128u, 129u, 240u, 241u, 1023u, 1024u, 1025u,
+                     4096u, 65536u, 69999u}) {
+    for (size_t off : {0u, 1u}) {
+      std::span<const std::byte> s(big.data() + off, len);
+      ASSERT_EQ(Hash64(s), XXH3_64bits(s.data(), s.size())) << len << "+" << off;
+    }
+  }
 }
 
 TEST(FormatBasics, IndexEntryBytes) {

@@ -5,16 +5,22 @@
 // promises (temporary files, direct I/O, errno mapping), key rules, OpenStore.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -1125,6 +1131,50 @@ TEST(PosixEngines, Selection) {
   o.posix_engine = "fast";
   EXPECT_EQ(NewPosixStore(tmp.str(), o).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(PosixEngineName(*NewMemoryStore()), "");
+}
+
+// Runs in a fresh process (a death test re-executes the binary, so the cached
+// io_uring probe starts empty), under a seccomp filter that refuses
+// io_uring_setup with EPERM, as Docker's default profile does. Exits 0 when
+// "auto" falls back to threads and a forced io_uring is Unsupported.
+void CheckEnginesWithIoUringBlocked() {
+  auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "%s\n", why.c_str());
+    std::_Exit(1);
+  };
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+    fail(std::string("cannot install a seccomp filter: ") + std::strerror(errno));
+  }
+  ::unsetenv("STOKER_POSIX_ENGINE");
+  TempDir tmp;
+  auto store = NewPosixStore(tmp.str());
+  if (!store.ok()) fail("auto: " + store.status().ToString());
+  if (PosixEngineName(**store) != "threads") fail("auto chose " + PosixEngineName(**store));
+  if (!(*store)->Put("k", Text("works")).ok()) fail("Put failed");
+  std::vector<std::byte> buf(8);
+  auto done = RunReads(**store, {{"k", 0, buf, 1}});
+  if (done.size() != 1 || !done[0].status.ok() || done[0].bytes != 5) fail("read failed");
+  StoreOptions o;
+  o.posix_engine = "io_uring";
+  const Status forced = NewPosixStore(tmp.str(), o).status();
+  if (forced.code() != Code::kUnsupported) fail("forced io_uring: " + forced.ToString());
+  if (forced.message().find("io_uring_queue_init") == std::string::npos) {
+    fail("forced io_uring does not say why: " + forced.ToString());
+  }
+  std::_Exit(0);
+}
+
+TEST(PosixEngines, AutoFallsBackWhenIoUringIsBlocked) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(CheckEnginesWithIoUringBlocked(), ::testing::ExitedWithCode(0), "");
 }
 
 // ---------------------------------------------------------------------------

@@ -246,23 +246,6 @@ class BytesColumn:
         return f"BytesColumn({len(self)} samples, {int(self.offsets[-1])} bytes)"
 
 
-def _torch_view(array):
-    import torch  # only when format="torch" is used
-
-    if array.dtype == np.uint64:
-        array = array.view(np.int64)  # torch has no uint64; ids and offsets are < 2**63
-    return torch.from_numpy(array)
-
-
-def _to_torch(batch):
-    for name, value in batch.items():
-        if isinstance(value, BytesColumn):
-            batch[name] = BytesColumn(_torch_view(value.offsets), _torch_view(value.data))
-        else:
-            batch[name] = _torch_view(value)
-    return batch
-
-
 # ---- fork safety -------------------------------------------------------------
 
 _live_loaders = weakref.WeakSet()
@@ -387,14 +370,19 @@ class Loader:
         self.uri = uri
         self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
         self._shuffle_window = shuffle_window
-        types = {f["name"]: f["type"] for f in self.info["fields"]}
-        delivered = fields or list(types)
+        delivered = fields or [f["name"] for f in self.info["fields"]]
         for name in _METADATA_KEYS:
             if name in delivered:
                 self.close()
                 raise ValueError(f"the dataset has a field named {name!r}, which is also a key "
                                  "stoker adds to each batch; leave it out with fields=[...]")
-        self._bytes_fields = tuple(n for n in delivered if types[n] == "bytes" and n != decode_field)
+        if format == "torch":
+            import torch  # only when asked for
+
+            self._impl.set_output(array=torch.from_numpy, bytes_column=BytesColumn,
+                                  signed_ids=True)
+        else:
+            self._impl.set_output(array=None, bytes_column=BytesColumn, signed_ids=False)
 
         # Epoch bookkeeping (see the module docstring).
         self._epoch = 0          # the epoch the next iter() runs
@@ -566,8 +554,4 @@ class _EpochIterator:
             self._done = True
             loader._epoch_ended()
             raise StopIteration
-        for name in loader._bytes_fields:
-            batch[name] = BytesColumn(*batch[name])
-        if loader.format == "torch":
-            _to_torch(batch)
         return batch

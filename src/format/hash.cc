@@ -6,7 +6,17 @@
 
 namespace stoker::format {
 
+namespace internal {
+#if defined(__x86_64__)
+uint64_t Hash64Avx2(const void* data, size_t size);
+#endif
+}  // namespace internal
+
 uint64_t Hash64(std::span<const std::byte> data) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return internal::Hash64Avx2(data.data(), data.size());
+#endif
   // XXH3_64bits accepts (nullptr, 0).
   return XXH3_64bits(data.data(), data.size());
 }

@@ -76,35 +76,45 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
   }
   b.padding_ = {pad, n};
 
-  // Pass 2: fill. One copy per value: shard buffer -> batch buffer.
+  // Pass 2: fill, sample by sample, so that a sample is checked and copied
+  // while it is in cache: one read of it from memory, one copy into the batch.
+  std::vector<uint64_t*> offsets(columns.size());
+  std::vector<uint64_t> pos(columns.size(), 0);
+  for (size_t c = 0; c < columns.size(); ++c) {
+    offsets[c] = reinterpret_cast<uint64_t*>(base + column_offset[c]);
+  }
   thread_local std::vector<uint8_t> scratch;
+  for (size_t i = 0; i < n; ++i) {
+    if (s.check) STOKER_RETURN_IF_ERROR(s.check(i));
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const ColumnSpec& col = columns[c];
+      std::byte* at = base + column_offset[c];
+      auto v = s.value(i, c);
+      if (col.decode) {
+        auto* out = reinterpret_cast<uint8_t*>(at) + i * image_bytes;
+        Status st = DecodeJpegResized(v, decode.height, decode.width, {out, image_bytes}, &scratch);
+        if (!st.ok()) return st.WithContext(s.describe(i) + ": field '" + col.name + "'");
+      } else if (col.type == format::FieldType::kInt64) {
+        std::memcpy(at + i * sizeof(int64_t), v.data(), sizeof(int64_t));
+      } else {
+        offsets[c][i] = pos[c];
+        if (!v.empty()) std::memcpy(base + column_data_offset[c] + pos[c], v.data(), v.size());
+        pos[c] += v.size();
+      }
+    }
+  }
   for (size_t c = 0; c < columns.size(); ++c) {
     const ColumnSpec& col = columns[c];
     std::byte* at = base + column_offset[c];
     if (col.decode) {
-      auto* out = reinterpret_cast<uint8_t*>(at);
-      for (size_t i = 0; i < n; ++i) {
-        Status st = DecodeJpegResized(s.value(i, c), decode.height, decode.width,
-                                      {out + i * image_bytes, image_bytes}, &scratch);
-        if (!st.ok()) return st.WithContext(s.describe(i) + ": field '" + col.name + "'");
-      }
-      b.images_.push_back({col.name, {out, n * image_bytes}, decode.height, decode.width, 3});
+      b.images_.push_back({col.name, {reinterpret_cast<uint8_t*>(at), n * image_bytes},
+                           decode.height, decode.width, 3});
     } else if (col.type == format::FieldType::kInt64) {
-      auto* out = reinterpret_cast<int64_t*>(at);
-      for (size_t i = 0; i < n; ++i) std::memcpy(out + i, s.value(i, c).data(), sizeof(int64_t));
-      b.int64_.push_back({col.name, {out, n}});
+      b.int64_.push_back({col.name, {reinterpret_cast<int64_t*>(at), n}});
     } else {
-      auto* offsets = reinterpret_cast<uint64_t*>(at);
-      std::byte* data = base + column_data_offset[c];
-      uint64_t pos = 0;
-      for (size_t i = 0; i < n; ++i) {
-        auto v = s.value(i, c);
-        offsets[i] = pos;
-        if (!v.empty()) std::memcpy(data + pos, v.data(), v.size());
-        pos += v.size();
-      }
-      offsets[n] = pos;
-      b.bytes_.push_back({col.name, {offsets, n + 1}, {data, pos}});
+      offsets[c][n] = pos[c];
+      b.bytes_.push_back(
+          {col.name, {offsets[c], n + 1}, {base + column_data_offset[c], pos[c]}});
     }
   }
   return b;

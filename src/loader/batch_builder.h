@@ -28,6 +28,9 @@ struct BatchSamples {
   std::function<std::span<const std::byte>(size_t i, size_t c)> value;
   // "sample 17 (shards/000002.stks)": names sample i in messages.
   std::function<std::string(size_t i)> describe;
+  // Optional: checks sample i (its checksum) right before its values are
+  // copied, while they are in cache; an error fails the batch.
+  std::function<Status(size_t i)> check;
 };
 
 class BatchBuilder {

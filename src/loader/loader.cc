@@ -462,13 +462,13 @@ class LoaderImpl final : public Loader {
       ids[k] = e.plan.RankSample(first + k);
       padding[k] = e.plan.IsPadding(first + k);
     }
-    // Every sample is checked before it is delivered.
-    for (uint64_t k = 0; k < count; ++k) {
-      const ShardUse& u = e.uses[e.use_of_sample[first + k]];
-      Status st = u.view.VerifySample(e.local_of_sample[first + k]);
-      if (!st.ok()) return st.WithContext(store_->uri());
-    }
     BatchSamples s;
+    // Every sample is checked before it is delivered.
+    s.check = [&](size_t i) {
+      const ShardUse& u = e.uses[e.use_of_sample[first + i]];
+      Status st = u.view.VerifySample(e.local_of_sample[first + i]);
+      return st.ok() ? st : st.WithContext(store_->uri());
+    };
     s.count = count;
     s.sample_ids = ids.data();
     s.padding = padding.data();
