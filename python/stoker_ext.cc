@@ -136,22 +136,19 @@ struct Output {
   bool signed_ids = false;
 };
 
-template <typename T>
-py::object Out(const Output& out, std::span<const T> values, const py::capsule& owner) {
-  py::array a;
-  if constexpr (std::is_same_v<T, uint64_t>) {
-    if (out.signed_ids) {
-      a = View(std::span<const int64_t>(reinterpret_cast<const int64_t*>(values.data()),
-                                        values.size()),
-               owner);
-    }
-  }
-  if (!a) a = View(values, owner);
+py::object Out(const Output& out, py::array a) {
   return out.array.is_none() ? py::object(a) : out.array(a);
 }
 
-py::object Out(const Output& out, py::array a) {
-  return out.array.is_none() ? py::object(a) : out.array(a);
+template <typename T>
+py::object Out(const Output& out, std::span<const T> values, const py::capsule& owner) {
+  if constexpr (std::is_same_v<T, uint64_t>) {
+    if (out.signed_ids) {
+      const auto* p = reinterpret_cast<const int64_t*>(values.data());
+      return Out(out, View(std::span<const int64_t>(p, values.size()), owner));
+    }
+  }
+  return Out(out, View(values, owner));
 }
 
 // The batch as a dict: "sample_ids" (uint64), "padding" (bool), int64 fields

@@ -149,7 +149,9 @@ class LoaderImpl final : public Loader {
           std::to_string((need * max_shard_bytes_ + reserve + (1 << 20) - 1) >> 20) +
           " MiB (or a smaller shuffle_window_shards, batch_size or prefetch_batches)");
     }
-    e->slots_free = slots_;
+    // No more slots than the plan can use at once: fewer buffers to fault in
+    // and to keep, the same overlap.
+    e->slots_free = std::min<uint64_t>(slots_, need + options_.reads_in_flight);
     epoch_ = std::move(e);
     last_state_ = {epoch, position};
     Epoch* ep = epoch_.get();

@@ -176,6 +176,17 @@ namespace {
 using posix::JoinPath;
 using store_internal::Quote;
 
+// The Status of the failed system call `call` on `path`, from errno. errno is
+// read first thing: building a message allocates, which may clobber it, so
+// callers pass names that already exist.
+Status SysError(std::string_view call, std::string_view path) {
+  const int err = errno;
+  std::string what(call);
+  what += ' ';
+  what += path;
+  return ErrnoToStatus(err, what);
+}
+
 enum class Engine { kIoUring, kThreads };
 
 // Distinguishes temporary files of concurrent Puts within one process; the
@@ -196,7 +207,7 @@ Status SyncDir(const std::string& dir) {
   do {
     fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + dir);
+  if (fd < 0) return SysError("open", dir);
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
@@ -213,11 +224,11 @@ Status EnsureDir(const std::string& dir, std::string_view key) {
     return InvalidArgument("put " + Quote(key) + ": " + dir +
                            " is an object, so it cannot also be a folder");
   }
-  if (errno != ENOENT && errno != ENOTDIR) return ErrnoToStatus(errno, "stat " + dir);
+  if (errno != ENOENT && errno != ENOTDIR) return SysError("stat", dir);
   const std::string parent = ParentOf(dir);
   if (parent != dir) STOKER_RETURN_IF_ERROR(EnsureDir(parent, key));
   if (::mkdir(dir.c_str(), 0755) != 0) {
-    if (errno != EEXIST) return ErrnoToStatus(errno, "mkdir " + dir);
+    if (errno != EEXIST) return SysError("mkdir", dir);
     // Lost a race with another Put; fine if the winner made a folder.
     return EnsureDir(dir, key);
   }
@@ -231,7 +242,7 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
     const ssize_t n = ::write(fd, data.data() + done, chunk);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return ErrnoToStatus(errno, "write " + path);
+      return SysError("write", path);
     }
     done += static_cast<size_t>(n);
   }
@@ -309,14 +320,15 @@ class PosixStore final : public Store {
     do {
       fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return ErrnoToStatus(errno, "open " + tmp).WithContext("put " + Quote(key));
+    if (fd < 0) return SysError("open", tmp).WithContext("put " + Quote(key));
 
     Status st = WriteAll(fd, data, tmp);
-    if (st.ok() && ::fsync(fd) != 0) st = ErrnoToStatus(errno, "fsync " + tmp);
+    if (st.ok() && ::fsync(fd) != 0) st = SysError("fsync", tmp);
     // close reports deferred write errors on some filesystems (NFS).
-    if (::close(fd) != 0 && st.ok() && errno != EINTR) st = ErrnoToStatus(errno, "close " + tmp);
+    if (::close(fd) != 0 && st.ok() && errno != EINTR) st = SysError("close", tmp);
     if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-      st = ErrnoToStatus(errno, "rename " + tmp + " to " + path);
+      const int err = errno;
+      st = ErrnoToStatus(err, "rename " + tmp + " to " + path);
     }
     if (!st.ok()) {
       ::unlink(tmp.c_str());
@@ -329,7 +341,7 @@ class PosixStore final : public Store {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
     const std::string path = JoinPath(root_, key);
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
+    if (::stat(path.c_str(), &st) != 0) return SysError("stat", path);
     if (S_ISDIR(st.st_mode)) return NotFound(path + ": is a folder, not an object");
     if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
     return ObjectInfo{std::string(key), static_cast<uint64_t>(st.st_size)};
@@ -354,7 +366,7 @@ class PosixStore final : public Store {
     if (fd < 0) {
       // No root yet (nothing was ever Put), or no such folder: no objects.
       if (errno == ENOENT || errno == ENOTDIR) return out;
-      return ErrnoToStatus(errno, "open " + dir);
+      return SysError("open", dir);
     }
     const std::string rel = dir_part.empty() ? "" : std::string(dir_part) + "/";
     STOKER_RETURN_IF_ERROR(Walk(fd, dir, rel, name_filter, &out));
@@ -368,13 +380,14 @@ class PosixStore final : public Store {
     const std::string path = JoinPath(root_, key);
     // Not fsync'ed: a removal lost in a crash leaves a whole, valid object.
     if (::unlink(path.c_str()) != 0) {
-      if (errno == EISDIR || errno == EPERM) {
+      const int err = errno;
+      if (err == EISDIR || err == EPERM) {
         struct stat st;
         if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
           return NotFound(path + ": is a folder, not an object");
         }
       }
-      return ErrnoToStatus(errno, "unlink " + path);
+      return ErrnoToStatus(err, "unlink " + path);
     }
     return Status::Ok();
   }
@@ -396,7 +409,7 @@ class PosixStore final : public Store {
       errno = 0;
       const dirent* e = ::readdir(d);
       if (e == nullptr) {
-        if (errno != 0) st = ErrnoToStatus(errno, "readdir " + dir);
+        if (errno != 0) st = SysError("readdir", dir);
         break;
       }
       const std::string_view name = e->d_name;
@@ -404,7 +417,8 @@ class PosixStore final : public Store {
       struct stat sb;
       if (::fstatat(::dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) continue;  // removed while we walk
-        st = ErrnoToStatus(errno, "stat " + dir + "/" + std::string(name));
+        const int err = errno;
+        st = ErrnoToStatus(err, "stat " + dir + "/" + std::string(name));
         break;
       }
       if (S_ISLNK(sb.st_mode) && ::fstatat(::dirfd(d), e->d_name, &sb, 0) != 0) continue;
@@ -415,7 +429,8 @@ class PosixStore final : public Store {
             ::openat(::dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         if (child < 0) {
           if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;
-          st = ErrnoToStatus(errno, "open " + dir + "/" + std::string(name));
+          const int err = errno;
+          st = ErrnoToStatus(err, "open " + dir + "/" + std::string(name));
           break;
         }
         st = Walk(child, dir + "/" + std::string(name), rel + std::string(name) + "/", "", out);

@@ -50,8 +50,9 @@ Status ValidatePrefix(std::string_view prefix) {
   const size_t slash = prefix.rfind('/');
   if (slash == std::string_view::npos) return Status::Ok();
   Status st = ValidateKey(prefix.substr(0, slash));
-  if (!st.ok())
+  if (!st.ok()) {
     return InvalidArgument("invalid list prefix " + Quote(prefix) + ": " + st.message());
+  }
   return Status::Ok();
 }
 
@@ -146,8 +147,9 @@ Result<std::string> PercentDecode(std::string_view s, std::string_view uri) {
     }
     const int hi = i + 2 < s.size() ? HexValue(s[i + 1]) : -1;
     const int lo = i + 2 < s.size() ? HexValue(s[i + 2]) : -1;
-    if (hi < 0 || lo < 0)
+    if (hi < 0 || lo < 0) {
       return InvalidArgument("store URI " + Quote(uri) + ": bad percent escape");
+    }
     const char c = static_cast<char>(hi * 16 + lo);
     if (c == '\0') return InvalidArgument("store URI " + Quote(uri) + ": contains %00");
     out += c;
@@ -192,8 +194,9 @@ Result<std::shared_ptr<Store>> OpenStore(std::string_view uri, const StoreOption
   const std::string_view rest = uri.substr(sep + 3);
   if (scheme == "file") return OpenFileUri(uri, rest, options);
   if (scheme == "mem") {
-    if (rest.empty())
+    if (rest.empty()) {
       return InvalidArgument("store URI " + Quote(uri) + " needs a name: mem://NAME");
+    }
     return store_internal::OpenNamedMemoryStore(rest);
   }
   if (scheme == "rados") {
