@@ -15,7 +15,6 @@
 // Thread safety: a _Loader may be called from several Python threads; calls
 // are serialised by a mutex taken after the GIL is released (so a thread
 // waiting for data never holds the GIL while another waits for the mutex).
-#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -99,7 +98,8 @@ void RegisterErrors(const py::dict& classes) {
 // of every array of the batch.
 py::capsule BufferOwner(const Batch& batch) {
   auto* ref = new std::shared_ptr<const BatchMemory>(batch.memory());
-  return py::capsule(ref, [](void* p) { delete static_cast<std::shared_ptr<const BatchMemory>*>(p); });
+  return py::capsule(ref,
+                     [](void* p) { delete static_cast<std::shared_ptr<const BatchMemory>*>(p); });
 }
 
 template <typename T>

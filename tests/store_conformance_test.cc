@@ -126,6 +126,11 @@ std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
   return "Unknown";
 }
 
+// So that gtest (and ctest) print the backend, not its bytes.
+void PrintTo(Backend b, std::ostream* os) {
+  *os << BackendName(::testing::TestParamInfo<Backend>(b, 0));
+}
+
 class StoreConformance : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {

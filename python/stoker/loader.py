@@ -260,9 +260,12 @@ class _Forked:
             "it (its worker threads do not exist here). Create the Loader in the process "
             "that iterates it; with torch's DataLoader use num_workers=0.")
 
-    next = start_epoch = num_batches = state = stats = _fail
+    next = start_epoch = num_batches = state = stats = set_output = _fail
 
     def close(self):
+        pass
+
+    def abandon(self):  # a child of a child
         pass
 
 

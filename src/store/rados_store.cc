@@ -104,10 +104,12 @@ Status ErrorToStatus(int rc, const ErrorContext& ctx) {
       return TimedOut(m + "; are the OSDs serving pool " + std::string(ctx.pool) + " up?" + tail);
     }
     case EPERM:
-    case EACCES:
-      return PermissionDenied(where + ": " + client + " may not " + std::string(ctx.op) +
-                              " in pool " + std::string(ctx.pool) +
-                              " (refused by its cephx caps)" + tail);
+    case EACCES: {
+      const bool writes = ctx.op == "put" || ctx.op == "remove" || ctx.op == "write";
+      return PermissionDenied(where + ": " + client + " may not " +
+                              (writes ? "write to" : "read from") + " pool " +
+                              std::string(ctx.pool) + " (refused by its cephx caps)" + tail);
+    }
     case ENOSPC:
       return NoSpace(where + ": pool " + std::string(ctx.pool) +
                      " is full (the cluster is out of space)" + tail);
