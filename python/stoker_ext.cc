@@ -341,10 +341,13 @@ std::unique_ptr<LoaderHandle> MakeLoader(
 // ---- pack, inspect, verify --------------------------------------------------
 
 py::dict PackDataset(const std::string& src, const std::string& dst, uint64_t shard_bytes,
-                     uint32_t threads, std::optional<py::function> progress) {
+                     uint32_t threads, std::optional<py::function> progress, bool shuffle,
+                     uint64_t seed) {
   PackOptions o;
   o.shard_bytes = shard_bytes;
   o.threads = threads;
+  o.shuffle = shuffle;
+  o.shuffle_seed = seed;
   // The callback runs on pack's workers (serialised by pack). Its first
   // exception is raised once Pack returns; later calls are skipped.
   std::optional<py::error_already_set> callback_error;
@@ -463,7 +466,8 @@ PYBIND11_MODULE(_stoker, m) {
                              "(address, size) of the buffer of the last batch (for tests)");
 
   m.def("pack", &PackDataset, py::arg("src"), py::arg("dst"), py::arg("shard_bytes"),
-        py::arg("threads"), py::arg("progress") = py::none());
+        py::arg("threads"), py::arg("progress") = py::none(), py::arg("shuffle") = true,
+        py::arg("seed") = 0);
   m.def("inspect", &Inspect, py::arg("uri"));
   m.def("verify", &Verify, py::arg("uri"), py::arg("reads_in_flight"));
 }

@@ -50,6 +50,15 @@ struct Fixture {
     auto m = Pack(root.string(), uri, po);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     manifest = *m;
+    // Sample ids are positions in the packed (shuffled) order.
+    PackSources packed;
+    std::vector<std::vector<std::byte>> packed_contents;
+    for (uint64_t i : PackedOrder(sources.files.size(), po)) {
+      packed.files.push_back(sources.files[i]);
+      packed_contents.push_back(contents[i]);
+    }
+    sources.files = std::move(packed.files);
+    contents = std::move(packed_contents);
   }
 };
 
@@ -404,6 +413,11 @@ TEST(LoaderDecodeTest, DecodedImagesEqualADirectDecodeOfTheSourceFiles) {
   ASSERT_TRUE(sources.ok());
   const std::string uri = (d.path() / "ds").string();
   ASSERT_TRUE(Pack((d.path() / "img").string(), uri, PackOptions{}).ok());
+  PackSources packed;
+  for (uint64_t i : PackedOrder(sources->files.size(), PackOptions{})) {
+    packed.files.push_back(sources->files[i]);
+  }
+  sources->files = packed.files;
   LoaderOptions o = Opts(5);
   o.decode.field = "image";
   o.decode.height = 32;

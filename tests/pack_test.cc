@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "stoker/dataset.h"
@@ -164,6 +165,47 @@ TEST(PackTest, ShardsStayUnderTheTargetAndSamplesAreWhole) {
   EXPECT_EQ(report->samples_checked, 201u);
 }
 
+// The default pack shuffles (seeded): shards mix classes, the same seed
+// packs the same way, and PackedOrder says where each source went.
+TEST(PackTest, ShufflesSoShardsMixClassesAndSaysWhere) {
+  TempDir d;
+  MakeTree(d.path() / "src", 400, 4, 100);
+  auto sources = ScanImageFolder((d.path() / "src").string());
+  ASSERT_TRUE(sources.ok());
+  PackOptions o;
+  o.shard_bytes = 8 << 10;
+  const std::string ds = (d.path() / "ds").string();
+  auto m = Pack(*sources, **OpenStore(ds), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_GT(m->shards.size(), 4u);
+  LoaderOptions lo;
+  lo.shuffle = false;
+  lo.batch_size = m->shards[0].samples;
+  auto l = Loader::Open(ds, lo);
+  ASSERT_TRUE(l.ok());
+  auto first = (*l)->Next();
+  ASSERT_TRUE(first.ok());
+  std::set<int64_t> labels(first->int64("label")->values.begin(),
+                           first->int64("label")->values.end());
+  EXPECT_EQ(labels.size(), 4u) << "the first shard should hold every class";
+  const auto order = PackedOrder(sources->files.size(), o);
+  const auto* image = first->bytes("image");
+  for (size_t i = 0; i < first->size(); ++i) {
+    const auto& src = sources->files[order[first->sample_ids()[i]]];
+    auto want = testing::ReadFile(src.path);
+    auto got = image->data.subspan(image->offsets[i], image->offsets[i + 1] - image->offsets[i]);
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.end()));
+    EXPECT_EQ(first->int64("label")->values[i], src.label);
+  }
+  EXPECT_EQ(PackedOrder(400, o), order);
+  PackOptions other = o;
+  other.shuffle_seed = 1;
+  EXPECT_NE(PackedOrder(400, other), order);
+  other.shuffle = false;
+  auto identity = PackedOrder(400, other);
+  EXPECT_TRUE(std::is_sorted(identity.begin(), identity.end()));
+}
+
 TEST(VerifyTest, NamesEveryBadShardAndSample) {
   TempDir d;
   MakeTree(d.path() / "src", 60, 2, 1500);
@@ -196,8 +238,12 @@ TEST(VerifyTest, NamesEveryBadShardAndSample) {
   EXPECT_EQ(by_shard[m->shards[1].key], (std::vector<int64_t>{-1}));
   EXPECT_EQ(by_shard[m->shards[2].key], (std::vector<int64_t>{-1}));
   for (const auto& p : report->problems) {
-    if (p.shard_key == m->shards[2].key) EXPECT_EQ(p.status.code(), Code::kNotFound);
-    if (p.shard_key == m->shards[1].key) EXPECT_EQ(p.status.code(), Code::kCorruption);
+    if (p.shard_key == m->shards[2].key) {
+      EXPECT_EQ(p.status.code(), Code::kNotFound);
+    }
+    if (p.shard_key == m->shards[1].key) {
+      EXPECT_EQ(p.status.code(), Code::kCorruption);
+    }
   }
 }
 

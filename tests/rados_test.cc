@@ -297,6 +297,7 @@ void MakeDataset(Dataset* ds, size_t n, uint64_t shard_bytes, std::string name) 
   ds->name = std::move(name);
   PackOptions po;
   po.shard_bytes = shard_bytes;
+  po.shuffle = false;  // sample id = line of the list = index into ds->samples
   auto m = Pack((src.path() / "list.txt").string(), ds->PackUri(), po);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(m->sample_count, n);
@@ -761,6 +762,17 @@ class RadosFaultTest : public RadosTest {
   void SetUp() override {
     RadosTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
+    // Memstore OSDs count as hdd, whose recovery sleeps 0.1 s per object
+    // (osd_recovery_sleep_hdd): a restarted, empty OSD would take minutes to
+    // get its copies back. Tests want it done in seconds.
+    static const bool fast_recovery = [] {
+      for (const char* opt : {"osd_recovery_sleep_hdd 0", "osd_recovery_max_active_hdd 16"}) {
+        auto [rc, out] = cluster().Ceph(std::string("config set osd ") + opt);
+        if (rc != 0) std::fprintf(stderr, "rados_test: config set osd %s: %s\n", opt, out.c_str());
+      }
+      return true;
+    }();
+    (void)fast_recovery;
     WaitClean();
   }
 

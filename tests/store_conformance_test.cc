@@ -781,7 +781,7 @@ TEST_P(PosixStoreTest, FullFilesystemIsNoSpace) {
       std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
       std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
     }
-    ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    ::mount("none", "/", "none", MS_REC | MS_PRIVATE, nullptr);
     if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=64k") != 0) {
       report(std::string("SKIP cannot mount a tmpfs: ") + std::strerror(errno));
     }

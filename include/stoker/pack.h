@@ -56,6 +56,14 @@ struct PackProgress {
 };
 
 struct PackOptions {
+  // Shuffle the samples (seeded, so the same sources and seed always pack
+  // the same way) before cutting shards. The loader shuffles shards and then
+  // samples within a window of shards; without a shuffle here, an ImageFolder
+  // packed class by class would give batches of only a few classes. Sample
+  // ids are positions in the packed order; PackedOrder(...) maps them back
+  // to sources. Default: on, seed 0.
+  bool shuffle = true;
+  uint64_t shuffle_seed = 0;
   // Default: 4 MiB, Ceph's object size. A sample larger than this gets a
   // shard of its own.
   uint64_t shard_bytes = format::kDefaultShardBytes;
@@ -64,6 +72,10 @@ struct PackOptions {
   std::function<void(const PackProgress&)> progress;
   StoreOptions store;
 };
+
+// The order pack writes `count` sources in: packed sample id i holds
+// sources.files[PackedOrder(count, options)[i]].
+std::vector<uint64_t> PackedOrder(uint64_t count, const PackOptions& options);
 
 // Packs `sources` into the dataset store `dst` (see the header comment).
 Result<format::Manifest> Pack(const PackSources& sources, Store& dst, const PackOptions& options);

@@ -21,7 +21,7 @@ def _path(name, value):
     return value
 
 
-def pack(src, dst, shard_mib=4, threads=0, progress=None):
+def pack(src, dst, shard_mib=4, threads=0, progress=None, shuffle=True, seed=0):
     """Packs many small files into shards and a manifest; returns inspect(dst).
 
     Args:
@@ -35,6 +35,9 @@ def pack(src, dst, shard_mib=4, threads=0, progress=None):
       progress: optional callable(dict) with files_done, files_total,
         bytes_done, bytes_total, shards_written; called from pack's workers.
         If it raises, the exception is raised when pack returns.
+      shuffle: shuffle the samples (seeded by `seed`) before cutting shards,
+        so that shards mix classes; sample ids are then positions in the
+        packed order. False keeps the source order (sample id = source index).
     """
     src, dst = _path("src", src), _path("dst", dst)
     if isinstance(shard_mib, bool) or not isinstance(shard_mib, numbers.Real):
@@ -46,7 +49,7 @@ def pack(src, dst, shard_mib=4, threads=0, progress=None):
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable")
     return _stoker.pack(src, dst, shard_bytes=int(shard_mib * (1 << 20)), threads=int(threads),
-                        progress=progress)
+                        progress=progress, shuffle=bool(shuffle), seed=int(seed))
 
 
 def inspect(uri):

@@ -15,6 +15,8 @@ void RegisterPack(CLI::App& app, Action* action) {
     double shard_mib = 4;
     uint32_t threads = 0;
     bool quiet = false;
+    bool no_shuffle = false;
+    uint64_t seed = 0;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("pack", "Pack an ImageFolder tree or a 'PATH LABEL' list into a dataset");
@@ -24,11 +26,16 @@ void RegisterPack(CLI::App& app, Action* action) {
   cmd->add_option("--shard-mib", args->shard_mib, "Target shard size in MiB")->capture_default_str();
   cmd->add_option("--threads", args->threads, "Workers (0 = 2 x cores)")->capture_default_str();
   cmd->add_flag("--quiet", args->quiet, "No progress bar");
+  cmd->add_flag("--no-shuffle", args->no_shuffle,
+                "Keep the source order (default: a seeded shuffle, so shards mix classes)");
+  cmd->add_option("--seed", args->seed, "Seed of the pack-time shuffle")->capture_default_str();
   cmd->callback([args, action] {
     *action = [args] {
       PackOptions o;
       o.shard_bytes = static_cast<uint64_t>(args->shard_mib * (1 << 20));
       o.threads = args->threads;
+      o.shuffle = !args->no_shuffle;
+      o.shuffle_seed = args->seed;
       const bool tty = isatty(STDOUT_FILENO) && !args->quiet;
       const auto start = std::chrono::steady_clock::now();
       if (tty) {

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "stoker/loader.h"
+#include "stoker/plan.h"
 
 namespace stoker {
 namespace fs = std::filesystem;
@@ -143,7 +144,23 @@ Result<PackSources> ScanSources(const std::string& src) {
   return ReadListFile(src);
 }
 
-Result<format::Manifest> Pack(const PackSources& sources, Store& dst, const PackOptions& options) {
+std::vector<uint64_t> PackedOrder(uint64_t count, const PackOptions& options) {
+  std::vector<uint64_t> order(count);
+  for (uint64_t i = 0; i < count; ++i) order[i] = i;
+  if (options.shuffle) {
+    Rng rng(MixSeed({options.shuffle_seed, count, 0x5041434bull /* "PACK" */}));
+    Permute(std::span<uint64_t>(order), rng);
+  }
+  return order;
+}
+
+Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const PackOptions& options) {
+  // The packed order (see PackOptions::shuffle).
+  PackSources sources;
+  sources.classes = in_order.classes;
+  for (uint64_t i : PackedOrder(in_order.files.size(), options)) {
+    sources.files.push_back(in_order.files[i]);
+  }
   if (options.shard_bytes < format::kShardAlignment ||
       options.shard_bytes > format::kMaxShardBytes) {
     return InvalidArgument("shard size must be between 4 KiB and 4 GiB");

@@ -51,7 +51,7 @@ def make_dataset(tmp_path, classes=4, per_class=50, shard_mib=1 / 64, seed=1, na
     """Packs a random ImageFolder; returns (dataset path, SourceData)."""
     src = SourceData(tmp_path / f"{name}-src", classes, per_class, seed)
     dst = tmp_path / name
-    stoker.pack(src.root, dst, shard_mib=shard_mib)
+    stoker.pack(src.root, dst, shard_mib=shard_mib, shuffle=False)  # sample id = source index
     return str(dst), src
 
 
