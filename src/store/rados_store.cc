@@ -247,7 +247,7 @@ std::string IdFromCephArgs() {
     std::string_view a = args[i];
     std::string value;
     bool is_name = false;
-    for (std::string_view opt : {"--id", "--user", "--name", "-n", "-i"}) {
+    for (std::string_view opt : {"--id", "--user", "--name", "-n"}) {
       if (a == opt && i + 1 < args.size()) {
         value = args[++i];
       } else if (a.starts_with(std::string(opt) + "=")) {
