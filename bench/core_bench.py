@@ -70,12 +70,19 @@ def stoker_json(cmd):
     return json.loads(run(cmd).stdout)
 
 
-def fio(files, bs, depth, direct):
+def fio(files, bs, depth, direct, hot):
     size = bs * len(files)
+    # --readonly: fio never writes (it would otherwise "lay out" files whose
+    # size differs from --size, destroying the dataset). Names relative to
+    # --directory keep the option under fio's length limit.
     cmd = ["fio", "--name=shards", "--readonly", "--rw=read", "--ioengine=io_uring",
            "--bs=%d" % bs, "--iodepth=%d" % depth, "--size=%d" % size,
-           "--filename=" + ":".join(files), "--direct=%d" % int(direct),
-           "--output-format=json"]
+           "--directory=" + os.path.dirname(files[0]),
+           "--filename=" + ":".join(os.path.basename(f) for f in files),
+           "--direct=%d" % int(direct), "--output-format=json",
+           # fio drops the files' cached pages before it starts unless told
+           # not to: the hot case must keep them.
+           "--invalidate=%d" % (0 if hot else 1)]
     j = json.loads(run(cmd).stdout)["jobs"][0]
     secs = j["read"]["runtime"] / 1000.0
     cpu = (j["usr_cpu"] + j["sys_cpu"]) / 100.0 * secs
@@ -112,7 +119,7 @@ def bench_fio(args, results):
                 elif mode == "cold":
                     drop_caches()
                 if side == "fio":
-                    f_runs.append(fio(same, bs, depth, direct))
+                    f_runs.append(fio(same, bs, depth, direct, mode == "hot"))
                 else:
                     cmd = [args.stoker, "bench", "loader", ds, "--json", "--batch-size", "256",
                            "--reads-in-flight", str(depth)]

@@ -1,13 +1,28 @@
 #include "loader/batch_memory.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
 namespace stoker {
 
+namespace {
+// Blocks of this size and more are 2 MiB aligned and asked to be backed by
+// transparent huge pages: a fresh 4 MiB shard buffer then costs 2 page
+// faults instead of 1024, which shows in the first epoch of every job.
+constexpr size_t kHugePage = 2 << 20;
+}  // namespace
+
 BatchMemory::BatchMemory(size_t capacity, size_t alignment) : capacity_(AlignUp(capacity, alignment)) {
+  if (capacity_ >= kHugePage) {
+    capacity_ = AlignUp(capacity_, kHugePage);
+    alignment = std::max(alignment, kHugePage);
+  }
   data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, capacity_ ? capacity_ : alignment));
   if (data_ == nullptr) throw std::bad_alloc();
+  if (capacity_ >= kHugePage) (void)::madvise(data_, capacity_, MADV_HUGEPAGE);  // a hint only
 }
 
 BatchMemory::~BatchMemory() { std::free(data_); }
