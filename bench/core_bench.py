@@ -143,10 +143,10 @@ def bench_fio(args, results):
 
 
 def bench_perfile(args, results):
-    total = (64 if args.quick else 256) << 20
+    total = (64 if args.quick else 512) << 20
     modes = ["hot"] + (["cold"] if drop_caches() else [])
     for size in (4096, 16384, 131072):
-        count = min(total // size, 20000 if args.quick else 60000)
+        count = min(total // size, 20000 if args.quick else 131072)
         root = os.path.join(args.dir, "raw-%d" % size)
         ds = os.path.join(args.dir, "raw-%d-ds" % size)
         make_files(root, count, size)
