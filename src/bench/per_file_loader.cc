@@ -14,41 +14,13 @@
 #include <numeric>
 #include <thread>
 
+#include "core/file_util.h"
 #include "loader/batch_builder.h"
 #include "stoker/bench.h"
 #include "stoker/plan.h"
 
 namespace stoker {
 namespace {
-
-// open + fstat + read + close: what Python's open(path, "rb").read() does
-// for a regular file, the least a per-file loader can pay.
-Status ReadWholeFile(const std::string& path, std::vector<std::byte>* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoToStatus(err, "stat " + path);
-  }
-  out->resize(size_t(st.st_size));
-  size_t got = 0;
-  while (got < out->size()) {
-    const ssize_t n = ::read(fd, out->data() + got, out->size() - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      return ErrnoToStatus(err, "read " + path);
-    }
-    if (n == 0) break;
-    got += size_t(n);
-  }
-  ::close(fd);
-  out->resize(got);
-  return Status::Ok();
-}
 
 class PerFileLoaderImpl final : public PerFileLoader {
  public:
@@ -126,7 +98,7 @@ class PerFileLoaderImpl final : public PerFileLoader {
       for (uint64_t k = 0; k < count && st.ok(); ++k) {
         ids[k] = order_[first + k];
         const PackSource& src = sources_.files[ids[k]];
-        st = ReadWholeFile(src.path, &files[k]);
+        st = internal::ReadWholeFile(src.path, &files[k]);  // as Python does
         bytes_read_ += files[k].size();
         labels[k] = src.label;
       }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "core/file_util.h"
 #include "stoker/loader.h"
 #include "stoker/plan.h"
 
@@ -29,34 +30,8 @@ bool Hidden(const fs::path& p) {
 
 // Reads a whole source file into `out`. Errors name the file.
 Status ReadSource(const std::string& path, std::vector<std::byte>* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoToStatus(err, "stat " + path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
-  }
-  out->resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < out->size()) {
-    const ssize_t n = ::read(fd, out->data() + got, out->size() - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      return ErrnoToStatus(err, "read " + path);
-    }
-    if (n == 0) break;  // shrank while we read: keep what is there
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  out->resize(got);
-  if (got == 0) return InvalidArgument(path + ": empty source file (a sample needs bytes)");
+  STOKER_RETURN_IF_ERROR(internal::ReadWholeFile(path, out));
+  if (out->empty()) return InvalidArgument(path + ": empty source file (a sample needs bytes)");
   return Status::Ok();
 }
 
