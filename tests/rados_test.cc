@@ -26,11 +26,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
@@ -126,7 +126,8 @@ class Cluster {
     std::lock_guard lock(mu_);
     if (!owned_) return;
     auto [rc, out] = Sh(ShellQuote(script_) + " stop " + ShellQuote(dir_));
-    if (rc != 0) std::fprintf(stderr, "rados_test: stopping the cluster failed:\n%s\n", out.c_str());
+    if (rc != 0)
+      std::fprintf(stderr, "rados_test: stopping the cluster failed:\n%s\n", out.c_str());
     owned_ = false;
     tmp_.reset();
   }
@@ -162,8 +163,9 @@ class Cluster {
     script_ = SourceDir() + "/scripts/ceph-cluster.sh";
     if (!OnPath("ceph-mon") || !OnPath("ceph-osd") || !OnPath("ceph")) {
       skip_ = true;
-      problem_ = "Ceph is not installed (no ceph-mon/ceph-osd/ceph on PATH; "
-                 "scripts/install-deps.sh --all installs it)";
+      problem_ =
+          "Ceph is not installed (no ceph-mon/ceph-osd/ceph on PATH; "
+          "scripts/install-deps.sh --all installs it)";
       return;
     }
     if (!fs::exists(script_)) {
@@ -264,7 +266,7 @@ class RadosTest : public ::testing::Test {
 // A dataset of random samples packed into training_data with stoker-pack.
 
 struct Dataset {
-  std::string name;  // prefix inside training_data
+  std::string name;                             // prefix inside training_data
   std::vector<std::vector<std::byte>> samples;  // by sample id (= label)
   uint32_t shards = 0;
 
@@ -308,7 +310,7 @@ void MakeDataset(Dataset* ds, size_t n, uint64_t shard_bytes, std::string name) 
 struct EpochCheck {
   std::vector<int> seen;  // deliveries per sample id
   size_t batches = 0;
-  size_t wrong = 0;       // samples whose bytes or label differ from the source
+  size_t wrong = 0;          // samples whose bytes or label differ from the source
   double longest_stall = 0;  // the longest time Next() blocked, seconds
   double longest_gap = 0;    // the longest time between two batches, seconds
   Status error;              // the first error Next() returned, if any
@@ -325,7 +327,8 @@ struct EpochCheck {
       const uint64_t id = b.sample_ids()[i];
       ASSERT_LT(id, ds.samples.size());
       seen[id]++;
-      const auto bytes = image->data.subspan(image->offsets[i], image->offsets[i + 1] - image->offsets[i]);
+      const auto bytes =
+          image->data.subspan(image->offsets[i], image->offsets[i + 1] - image->offsets[i]);
       const auto& want = ds.samples[id];
       if (label->values[i] != int64_t(id) || bytes.size() != want.size() ||
           !std::equal(bytes.begin(), bytes.end(), want.begin())) {
@@ -350,8 +353,10 @@ void RunEpoch(Loader& loader, const Dataset& ds, std::chrono::milliseconds pace,
     const auto t0 = Clock::now();
     auto b = loader.Next();
     const auto t1 = Clock::now();
-    check->longest_stall = std::max(check->longest_stall, std::chrono::duration<double>(t1 - t0).count());
-    check->longest_gap = std::max(check->longest_gap, std::chrono::duration<double>(t1 - last).count());
+    check->longest_stall =
+        std::max(check->longest_stall, std::chrono::duration<double>(t1 - t0).count());
+    check->longest_gap =
+        std::max(check->longest_gap, std::chrono::duration<double>(t1 - last).count());
     last = t1;
     if (!b.ok()) {
       if (b.status().code() != Code::kOutOfRange) check->error = b.status();
@@ -380,8 +385,9 @@ LoaderOptions TrickleOptions() {
 // Without a cluster: the URI grammar and the error table.
 
 TEST(RadosUri, Parses) {
-  auto p = rados::ParseUri("rados://training_data/mnist/v1?id=stoker-train&conf=/x/ceph.conf"
-                           "&keyring=/k%20r&timeout_ms=2500");
+  auto p = rados::ParseUri(
+      "rados://training_data/mnist/v1?id=stoker-train&conf=/x/ceph.conf"
+      "&keyring=/k%20r&timeout_ms=2500");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->pool, "training_data");
   EXPECT_EQ(p->prefix, "mnist/v1");
@@ -419,7 +425,10 @@ TEST(RadosErrors, OneTableForEveryCode) {
     std::vector<std::string> says;
   };
   const std::vector<Case> cases = {
-      {-ENOENT, Code::kNotFound, false, {"rados://training_data/mnist/shards/000001.stks", "ENOENT"}},
+      {-ENOENT,
+       Code::kNotFound,
+       false,
+       {"rados://training_data/mnist/shards/000001.stks", "ENOENT"}},
       {-ETIMEDOUT, Code::kTimedOut, true, {"7 s", "training_data", "ETIMEDOUT"}},
       {-EPERM, Code::kPermissionDenied, false, {"client.stoker-train", "training_data", "read"}},
       {-EACCES, Code::kPermissionDenied, false, {"client.stoker-train", "training_data"}},
@@ -465,7 +474,8 @@ TEST_F(RadosTest, PoolThatDoesNotExistIsNotFound) {
 TEST_F(RadosTest, MissingConfOrKeyringIsAClearError) {
   auto conf = OpenStore("rados://training_data?conf=/nonexistent/ceph.conf&id=stoker-train");
   EXPECT_EQ(conf.status().code(), Code::kNotFound);
-  EXPECT_TRUE(Contains(conf.status().message(), "/nonexistent/ceph.conf")) << conf.status().message();
+  EXPECT_TRUE(Contains(conf.status().message(), "/nonexistent/ceph.conf"))
+      << conf.status().message();
 
   auto keyring = OpenStore("rados://training_data?id=stoker-train&keyring=/nonexistent/k");
   EXPECT_EQ(keyring.status().code(), Code::kNotFound);
@@ -560,7 +570,8 @@ TEST_F(RadosTest, TrainingClientMayNotWriteTrainingData) {
   ASSERT_TRUE(pack_client.ok());
   auto peek = (*pack_client)->Stat("step-1");
   EXPECT_EQ(peek.status().code(), Code::kPermissionDenied) << peek.status().ToString();
-  EXPECT_TRUE(Contains(peek.status().message(), "client.stoker-pack may not read from pool checkpoint"))
+  EXPECT_TRUE(
+      Contains(peek.status().message(), "client.stoker-pack may not read from pool checkpoint"))
       << peek.status().message();
   ASSERT_OK((*ckpt)->Remove("step-1"));
 }
@@ -568,8 +579,8 @@ TEST_F(RadosTest, TrainingClientMayNotWriteTrainingData) {
 TEST_F(RadosTest, WrongKeyIsRefused) {
   TempDir tmp;
   const std::string keyring = tmp.str() + "/wrong.keyring";
-  auto [rc, out] = Sh("ceph-authtool --create-keyring --gen-key -n client.stoker-train " +
-                      ShellQuote(keyring));
+  auto [rc, out] =
+      Sh("ceph-authtool --create-keyring --gen-key -n client.stoker-train " + ShellQuote(keyring));
   ASSERT_EQ(rc, 0) << out;
   const auto t0 = Clock::now();
   auto s = OpenStore("rados://training_data?id=stoker-train&keyring=" + keyring);
@@ -588,8 +599,9 @@ TEST_F(RadosTest, ObjectNamesArePrefixSlashKey) {
   auto s = OpenStore("rados://checkpoint/" + prefix + "/deeper?id=stoker-train");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_OK((*s)->Put("a/b", RandomBytes(5, 1)));
-  auto [rc, out] = Sh("rados --conf " + ShellQuote(cluster().conf()) +
-                      " --id stoker-train -p checkpoint stat " + ShellQuote(prefix + "/deeper/a/b"));
+  auto [rc, out] =
+      Sh("rados --conf " + ShellQuote(cluster().conf()) + " --id stoker-train -p checkpoint stat " +
+         ShellQuote(prefix + "/deeper/a/b"));
   EXPECT_EQ(rc, 0) << out;
   auto whole = OpenStore("rados://checkpoint?id=stoker-train");
   ASSERT_TRUE(whole.ok());
@@ -643,16 +655,19 @@ TEST_F(RadosTest, CommandsWorkUnchangedOnRados) {
   // training client is refused with a clear message and exit code.
   auto [arc, aout] = Sh(b + " pack " + src.str() + " " + pack_uri);
   EXPECT_EQ(arc, 10 + int(Code::kAlreadyExists)) << aout;
-  auto [drc, dout] = Sh(b + " pack " + src.str() + " " +
-                        ShellQuote("rados://training_data/" + Unique("cli-denied") + "?id=stoker-train"));
+  auto [drc, dout] =
+      Sh(b + " pack " + src.str() + " " +
+         ShellQuote("rados://training_data/" + Unique("cli-denied") + "?id=stoker-train"));
   EXPECT_EQ(drc, 10 + int(Code::kPermissionDenied)) << dout;
   EXPECT_TRUE(Contains(dout, "client.stoker-train may not write to pool training_data")) << dout;
   // bench storage on RADOS: every pattern, and nothing left behind.
   const std::string ck = Unique("bench-storage");
-  auto [src_rc, sout] = Sh(b + " bench storage " + ShellQuote("rados://checkpoint/" + ck + "?id=stoker-train") +
-                           " --seconds 0.5 --objects 4 --object-mib 1 --depth 4 --json");
+  auto [src_rc, sout] =
+      Sh(b + " bench storage " + ShellQuote("rados://checkpoint/" + ck + "?id=stoker-train") +
+         " --seconds 0.5 --objects 4 --object-mib 1 --depth 4 --json");
   EXPECT_EQ(src_rc, 0) << sout;
-  for (const char* k : {"\"write\"", "\"seq\"", "\"rand\"", "\"p99.9\"", "\"mb_per_s\"", "\"iops\""}) {
+  for (const char* k :
+       {"\"write\"", "\"seq\"", "\"rand\"", "\"p99.9\"", "\"mb_per_s\"", "\"iops\""}) {
     EXPECT_TRUE(Contains(sout, k)) << k << " missing in " << sout;
   }
   auto left = OpenStore("rados://checkpoint/" + ck + "?id=stoker-train");
@@ -717,9 +732,9 @@ TEST_F(RadosTest, PackIntoAFullPoolFailsCleanly) {
     std::string pool;
     ~PoolGuard() { c.Ceph("osd pool rm " + pool + " " + pool + " --yes-i-really-really-mean-it"); }
   } guard{cluster(), pool};
-  for (const std::string& cmd :
-       {"osd pool create " + pool + " 8 8 replicated", "osd pool application enable " + pool + " rados",
-        "osd pool set-quota " + pool + " max_bytes 65536"}) {
+  for (const std::string& cmd : {"osd pool create " + pool + " 8 8 replicated",
+                                 "osd pool application enable " + pool + " rados",
+                                 "osd pool set-quota " + pool + " max_bytes 65536"}) {
     auto [rc, out] = cluster().Ceph(cmd);
     ASSERT_EQ(rc, 0) << cmd << ": " << out;
   }
@@ -730,7 +745,8 @@ TEST_F(RadosTest, PackIntoAFullPoolFailsCleanly) {
   ASSERT_OK((*admin)->Put("filler", RandomBytes(256 << 10, 1)));
   const auto t0 = Clock::now();
   while (!Contains(cluster().Ceph("osd pool ls detail").second, "full_quota")) {
-    if (SecondsSince(t0) > 30) GTEST_SKIP() << "the pool quota was not enforced within 30 s (no mgr?)";
+    if (SecondsSince(t0) > 30)
+      GTEST_SKIP() << "the pool quota was not enforced within 30 s (no mgr?)";
     std::this_thread::sleep_for(250ms);
   }
   TempDir src;
@@ -743,7 +759,8 @@ TEST_F(RadosTest, PackIntoAFullPoolFailsCleanly) {
   auto packed = Pack(src.str(), "rados://" + pool + "/ds?id=admin", po);
   EXPECT_LT(SecondsSince(p0), 10.0) << "a write to a full pool blocked";
   EXPECT_EQ(packed.status().code(), Code::kNoSpace) << packed.status().ToString();
-  EXPECT_TRUE(Contains(packed.status().message(), "pool " + pool + " is full")) << packed.status().message();
+  EXPECT_TRUE(Contains(packed.status().message(), "pool " + pool + " is full"))
+      << packed.status().message();
   auto ds = OpenStore("rados://" + pool + "/ds?id=admin");
   ASSERT_TRUE(ds.ok());
   EXPECT_EQ((*ds)->Stat("manifest.stoker").status().code(), Code::kNotFound)
@@ -824,20 +841,25 @@ TEST_F(RadosFaultTest, KilledOsdMidEpoch) {
   std::thread restarter;
   Clock::time_point killed_at;
   EpochCheck check(ds_.samples.size());
-  RunEpoch(**loader, ds_, 40ms, [&](size_t i) {
-    if (i == batches / 5) {
-      const pid_t pid = cluster().OsdPid(1);
-      ASSERT_GT(pid, 0);
-      ASSERT_EQ(::kill(pid, SIGKILL), 0);
-      killed_at = Clock::now();
-      std::fprintf(stderr, "[ fault    ] SIGKILL osd.1 (pid %d) at batch %zu of %zu\n", pid, i, batches);
-    }
-    if (i == batches / 2) {
-      std::fprintf(stderr, "[ fault    ] restarting osd.1 at batch %zu, %.1f s after the kill\n", i,
-                   SecondsSince(killed_at));
-      restarter = std::thread([] { cluster().Script("restart-osd 1"); });
-    }
-  }, &check);
+  RunEpoch(
+      **loader, ds_, 40ms,
+      [&](size_t i) {
+        if (i == batches / 5) {
+          const pid_t pid = cluster().OsdPid(1);
+          ASSERT_GT(pid, 0);
+          ASSERT_EQ(::kill(pid, SIGKILL), 0);
+          killed_at = Clock::now();
+          std::fprintf(stderr, "[ fault    ] SIGKILL osd.1 (pid %d) at batch %zu of %zu\n", pid, i,
+                       batches);
+        }
+        if (i == batches / 2) {
+          std::fprintf(stderr,
+                       "[ fault    ] restarting osd.1 at batch %zu, %.1f s after the kill\n", i,
+                       SecondsSince(killed_at));
+          restarter = std::thread([] { cluster().Script("restart-osd 1"); });
+        }
+      },
+      &check);
   if (restarter.joinable()) restarter.join();
   Report("SIGKILL ", check, **loader);
   EXPECT_TRUE(check.error.ok()) << check.error.ToString();
@@ -859,22 +881,26 @@ TEST_F(RadosFaultTest, HungOsdMidEpoch) {
   Clock::time_point stopped_at;
   bool continued = false;
   EpochCheck check(ds_.samples.size());
-  RunEpoch(**loader, ds_, 40ms, [&](size_t i) {
-    if (i == batches / 10) {
-      pid = cluster().OsdPid(2);
-      ASSERT_GT(pid, 0);
-      ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-      stopped_at = Clock::now();
-      std::fprintf(stderr, "[ fault    ] SIGSTOP osd.2 (pid %d) at batch %zu of %zu\n", pid, i, batches);
-    }
-    // Hung for 12 s: past the 6 s grace, so Ceph marks it down and the
-    // reads move to the other copy.
-    if (pid > 0 && !continued && SecondsSince(stopped_at) > 12) {
-      ::kill(pid, SIGCONT);
-      continued = true;
-      std::fprintf(stderr, "[ fault    ] SIGCONT osd.2 at batch %zu\n", i);
-    }
-  }, &check);
+  RunEpoch(
+      **loader, ds_, 40ms,
+      [&](size_t i) {
+        if (i == batches / 10) {
+          pid = cluster().OsdPid(2);
+          ASSERT_GT(pid, 0);
+          ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+          stopped_at = Clock::now();
+          std::fprintf(stderr, "[ fault    ] SIGSTOP osd.2 (pid %d) at batch %zu of %zu\n", pid, i,
+                       batches);
+        }
+        // Hung for 12 s: past the 6 s grace, so Ceph marks it down and the
+        // reads move to the other copy.
+        if (pid > 0 && !continued && SecondsSince(stopped_at) > 12) {
+          ::kill(pid, SIGCONT);
+          continued = true;
+          std::fprintf(stderr, "[ fault    ] SIGCONT osd.2 at batch %zu\n", i);
+        }
+      },
+      &check);
   if (pid > 0 && !continued) ::kill(pid, SIGCONT);
   Report("SIGSTOP ", check, **loader);
   EXPECT_TRUE(check.error.ok()) << check.error.ToString();
@@ -898,17 +924,20 @@ TEST_F(RadosFaultTest, AllOsdsHungIsATimeoutNotAHang) {
   std::vector<pid_t> pids;
   Clock::time_point stopped_at;
   EpochCheck check(ds_.samples.size());
-  RunEpoch(**loader, ds_, 0ms, [&](size_t i) {
-    if (i == 3) {
-      for (int id = 0; id < 3; ++id) {
-        pids.push_back(cluster().OsdPid(id));
-        ASSERT_GT(pids.back(), 0);
-        ASSERT_EQ(::kill(pids.back(), SIGSTOP), 0);
-      }
-      stopped_at = Clock::now();
-      std::fprintf(stderr, "[ fault    ] SIGSTOP osd.0-2 at batch %zu\n", i);
-    }
-  }, &check);
+  RunEpoch(
+      **loader, ds_, 0ms,
+      [&](size_t i) {
+        if (i == 3) {
+          for (int id = 0; id < 3; ++id) {
+            pids.push_back(cluster().OsdPid(id));
+            ASSERT_GT(pids.back(), 0);
+            ASSERT_EQ(::kill(pids.back(), SIGSTOP), 0);
+          }
+          stopped_at = Clock::now();
+          std::fprintf(stderr, "[ fault    ] SIGSTOP osd.0-2 at batch %zu\n", i);
+        }
+      },
+      &check);
   const double to_error = SecondsSince(stopped_at);
   const auto c0 = Clock::now();
   loader->reset();  // in-flight reads are cancelled, not waited out

@@ -60,10 +60,10 @@ struct LatencySummary {
 };
 
 struct PatternResult {
-  std::string name;      // "write", "seq", "rand"
-  uint64_t ops = 0;      // operations completed
-  uint64_t bytes = 0;    // bytes moved
-  double seconds = 0;    // wall time of the pattern
+  std::string name;    // "write", "seq", "rand"
+  uint64_t ops = 0;    // operations completed
+  uint64_t bytes = 0;  // bytes moved
+  double seconds = 0;  // wall time of the pattern
   LatencySummary latency;
   double mb_per_second() const { return seconds > 0 ? bytes / seconds / 1e6 : 0; }
   double iops() const { return seconds > 0 ? ops / seconds : 0; }

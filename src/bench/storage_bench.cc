@@ -217,10 +217,9 @@ Status Validate(const StorageBenchOptions& o) {
     return InvalidArgument("random read size must be between 1 byte and the object size");
   }
   if (uint64_t(o.depth) * o.object_bytes > kMaxBufferBytes) {
-    return InvalidArgument("depth x object size is " +
-                           std::to_string((uint64_t(o.depth) * o.object_bytes) >> 20) +
-                           " MiB of read buffers; at most " + std::to_string(kMaxBufferBytes >> 20) +
-                           " MiB");
+    return InvalidArgument(
+        "depth x object size is " + std::to_string((uint64_t(o.depth) * o.object_bytes) >> 20) +
+        " MiB of read buffers; at most " + std::to_string(kMaxBufferBytes >> 20) + " MiB");
   }
   if (!o.write && !o.seq && !o.rand) return InvalidArgument("no pattern selected");
   if (!o.prefix.empty()) STOKER_RETURN_IF_ERROR(ValidateKey(o.prefix).WithContext("prefix"));

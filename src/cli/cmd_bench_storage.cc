@@ -29,8 +29,10 @@ nlohmann::json ToJson(const StorageBenchResult& r) {
     q["seconds"] = p.seconds;
     q["mb_per_s"] = p.mb_per_second();
     q["iops"] = p.iops();
-    q["latency_ms"] = {{"p50", p.latency.p50 * 1e3},   {"p99", p.latency.p99 * 1e3},
-                       {"p99.9", p.latency.p999 * 1e3}, {"max", p.latency.max * 1e3},
+    q["latency_ms"] = {{"p50", p.latency.p50 * 1e3},
+                       {"p99", p.latency.p99 * 1e3},
+                       {"p99.9", p.latency.p999 * 1e3},
+                       {"max", p.latency.max * 1e3},
                        {"mean", p.latency.mean * 1e3}};
     j["patterns"][p.name] = q;
   }
@@ -39,7 +41,7 @@ nlohmann::json ToJson(const StorageBenchResult& r) {
 
 void PrintText(const StorageBenchResult& r) {
   const auto& o = r.options;
-  std::printf("%s: %u objects of %s, %u in flight, %.0f s per pattern (objects under %s)\n",
+  std::printf("%s: %u objects of %s, %u in flight, %g s per pattern (objects under %s)\n",
               r.uri.c_str(), o.objects, HumanBytes(double(o.object_bytes)).c_str(), o.depth,
               o.seconds, r.run_prefix.c_str());
   std::printf("  %-14s %10s %10s %10s %10s %10s\n", "pattern", "MB/s", "IOPS", "p50 ms", "p99 ms",
@@ -105,7 +107,8 @@ void RegisterBenchStorage(CLI::App* bench, Action* action) {
         } else if (p == "rand") {
           o.rand = true;
         } else if (!p.empty()) {
-          return Fail(InvalidArgument("unknown pattern '" + p + "' in --patterns (known: write, seq, rand)"));
+          return Fail(InvalidArgument("unknown pattern '" + p +
+                                      "' in --patterns (known: write, seq, rand)"));
         }
       }
       auto store = OpenStore(args->uri);

@@ -66,23 +66,40 @@ constexpr uint64_t kMaxQueueBytesInFlight = 64ull << 20;
 
 std::string ErrnoName(int err) {
   switch (err) {
-    case ENOENT: return "ENOENT";
-    case ETIMEDOUT: return "ETIMEDOUT";
-    case EPERM: return "EPERM";
-    case EACCES: return "EACCES";
-    case ENOSPC: return "ENOSPC";
-    case EDQUOT: return "EDQUOT";
-    case ESHUTDOWN: return "ESHUTDOWN";
-    case ENOTCONN: return "ENOTCONN";
-    case ECANCELED: return "ECANCELED";
-    case EFBIG: return "EFBIG";
-    case EIO: return "EIO";
-    case EAGAIN: return "EAGAIN";
-    case EBUSY: return "EBUSY";
-    case EINTR: return "EINTR";
-    case EINVAL: return "EINVAL";
-    case ERANGE: return "ERANGE";
-    default: return "errno " + std::to_string(err);
+    case ENOENT:
+      return "ENOENT";
+    case ETIMEDOUT:
+      return "ETIMEDOUT";
+    case EPERM:
+      return "EPERM";
+    case EACCES:
+      return "EACCES";
+    case ENOSPC:
+      return "ENOSPC";
+    case EDQUOT:
+      return "EDQUOT";
+    case ESHUTDOWN:
+      return "ESHUTDOWN";
+    case ENOTCONN:
+      return "ENOTCONN";
+    case ECANCELED:
+      return "ECANCELED";
+    case EFBIG:
+      return "EFBIG";
+    case EIO:
+      return "EIO";
+    case EAGAIN:
+      return "EAGAIN";
+    case EBUSY:
+      return "EBUSY";
+    case EINTR:
+      return "EINTR";
+    case EINVAL:
+      return "EINVAL";
+    case ERANGE:
+      return "ERANGE";
+    default:
+      return "errno " + std::to_string(err);
   }
 }
 
@@ -217,7 +234,8 @@ Result<UriParts> ParseUri(std::string_view uri) {
       }
       parts.timeout = std::chrono::milliseconds(ms);
     } else {
-      return bad("unknown query parameter " + Quote(name) + " (known: conf, id, keyring, timeout_ms)");
+      return bad("unknown query parameter " + Quote(name) +
+                 " (known: conf, id, keyring, timeout_ms)");
     }
   }
   return parts;
@@ -341,7 +359,8 @@ Result<std::shared_ptr<Cluster>> Connect(const UriParts& parts, const StoreOptio
   if (!parts.conf.empty()) {
     conf_desc = parts.conf;
     if (!FileExists(parts.conf)) {
-      return NotFound("Ceph configuration " + parts.conf + " (from the URI's conf=) does not exist");
+      return NotFound("Ceph configuration " + parts.conf +
+                      " (from the URI's conf=) does not exist");
     }
     if (int rc = rados_conf_read_file(h, parts.conf.c_str()); rc < 0) {
       return InvalidArgument("cannot read Ceph configuration " + parts.conf + ": " +
@@ -381,17 +400,18 @@ Result<std::shared_ptr<Cluster>> Connect(const UriParts& parts, const StoreOptio
   }
   cluster->timeout_s = static_cast<int>(std::max<int64_t>(1, (timeout.count() + 999) / 1000));
   const std::string secs = std::to_string(cluster->timeout_s);
-  for (const char* option : {"client_mount_timeout", "rados_mon_op_timeout", "rados_osd_op_timeout"}) {
+  for (const char* option :
+       {"client_mount_timeout", "rados_mon_op_timeout", "rados_osd_op_timeout"}) {
     if (int rc = rados_conf_set(h, option, secs.c_str()); rc < 0) {
       return Internal(std::string("setting ") + option + ": " + std::strerror(-rc));
     }
   }
 
   const std::string mon_host = ConfGet(h, "mon_host");
-  const std::string where =
-      "cannot connect to the Ceph cluster (conf " +
-      (conf_desc.empty() ? std::string("none found") : conf_desc) + ", " + client +
-      (mon_host.empty() ? std::string() : ", mon_host " + mon_host) + ")";
+  const std::string where = "cannot connect to the Ceph cluster (conf " +
+                            (conf_desc.empty() ? std::string("none found") : conf_desc) + ", " +
+                            client + (mon_host.empty() ? std::string() : ", mon_host " + mon_host) +
+                            ")";
   if (mon_host.empty() && conf_desc.empty()) {
     return NotFound(where +
                     ": no Ceph configuration: set CEPH_CONF, add ?conf=PATH to the URI, or "
@@ -411,8 +431,8 @@ Result<std::shared_ptr<Cluster>> Connect(const UriParts& parts, const StoreOptio
         if (mon_host.empty()) {
           return NotFound(where + ": no monitor address (mon_host) in the configuration");
         }
-        return NotFound(where + ": no keyring with a key for " + client + " (looked in " +
-                        keyring + "; set keyring in the conf, or ?keyring=PATH)");
+        return NotFound(where + ": no keyring with a key for " + client + " (looked in " + keyring +
+                        "; set keyring in the conf, or ?keyring=PATH)");
       default:
         return ErrnoToStatus(-rc, where);
     }
@@ -443,8 +463,8 @@ struct Op {
   rados_completion_t completion = nullptr;
   uint64_t tag = 0;
   std::string object;
-  size_t length = 0;      // bytes asked of librados (0: a stat)
-  uint64_t stat_size = 0; // rados_aio_stat's outputs
+  size_t length = 0;       // bytes asked of librados (0: a stat)
+  uint64_t stat_size = 0;  // rados_aio_stat's outputs
   time_t stat_mtime = 0;
 };
 
@@ -570,8 +590,8 @@ class QueueCore final : public std::enable_shared_from_this<QueueCore> {
       if (rc == 0) {
         // A zero-length read is a stat: librados reads a whole object when
         // asked for 0 bytes.
-        rc = length == 0 ? rados_aio_stat(io_, op->object.c_str(), op->completion,
-                                          &op->stat_size, &op->stat_mtime)
+        rc = length == 0 ? rados_aio_stat(io_, op->object.c_str(), op->completion, &op->stat_size,
+                                          &op->stat_mtime)
                          : rados_aio_read(io_, op->object.c_str(), op->completion,
                                           reinterpret_cast<char*>(dst), length, offset);
         if (rc < 0) rados_aio_release(op->completion);
@@ -588,18 +608,18 @@ class QueueCore final : public std::enable_shared_from_this<QueueCore> {
     }
   }
 
-  const rados_ioctx_t io_;   // valid while the owning queue holds the Cluster
-  const Cluster& cluster_;   // ditto; for messages only
+  const rados_ioctx_t io_;  // valid while the owning queue holds the Cluster
+  const Cluster& cluster_;  // ditto; for messages only
   const uint32_t depth_;
   const uint64_t max_read_;  // no object is larger; librados returns an int
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> pending_;                // guarded by mu_
-  std::vector<Op*> ops_;                       // guarded by mu_; in flight
-  uint64_t in_flight_bytes_ = 0;               // guarded by mu_
-  std::vector<ReadCompletion> ready_;          // guarded by mu_
-  std::vector<rados_completion_t> finished_;   // guarded by mu_; to release
-  bool closed_ = false;                        // guarded by mu_
+  std::deque<Pending> pending_;               // guarded by mu_
+  std::vector<Op*> ops_;                      // guarded by mu_; in flight
+  uint64_t in_flight_bytes_ = 0;              // guarded by mu_
+  std::vector<ReadCompletion> ready_;         // guarded by mu_
+  std::vector<rados_completion_t> finished_;  // guarded by mu_; to release
+  bool closed_ = false;                       // guarded by mu_
 };
 
 class RadosReadQueue final : public ReadQueue {
@@ -696,9 +716,9 @@ class RadosStore final : public Store {
       }
       guess = size;  // it grew: try again with room for the new size
     }
-    return IoError("read " + Quote(key) + " of " + uri_ +
-                       ": the object kept changing size while read",
-                   /*retryable=*/true);
+    return IoError(
+        "read " + Quote(key) + " of " + uri_ + ": the object kept changing size while read",
+        /*retryable=*/true);
   }
 
   Status Put(std::string_view key, std::span<const std::byte> data) override {
@@ -714,8 +734,8 @@ class RadosStore final : public Store {
     rados_write_op_write_full(op, reinterpret_cast<const char*>(data.data()), data.size());
     // FULL_TRY: a full pool answers ENOSPC/EDQUOT instead of holding the
     // write until there is room.
-    const int rc =
-        rados_write_op_operate(op, cluster_->io, object.c_str(), nullptr, LIBRADOS_OPERATION_FULL_TRY);
+    const int rc = rados_write_op_operate(op, cluster_->io, object.c_str(), nullptr,
+                                          LIBRADOS_OPERATION_FULL_TRY);
     rados_release_write_op(op);
     if (rc < 0) return cluster_->Error(rc, "put", object);
     return Status::Ok();
@@ -769,8 +789,8 @@ class RadosStore final : public Store {
     rados_write_op_t op = rados_create_write_op();
     rados_write_op_remove(op);
     // FULL_TRY: removing is how a full pool gets room again.
-    const int rc =
-        rados_write_op_operate(op, cluster_->io, object.c_str(), nullptr, LIBRADOS_OPERATION_FULL_TRY);
+    const int rc = rados_write_op_operate(op, cluster_->io, object.c_str(), nullptr,
+                                          LIBRADOS_OPERATION_FULL_TRY);
     rados_release_write_op(op);
     if (rc < 0) return cluster_->Error(rc, "remove", object);
     return Status::Ok();
@@ -811,7 +831,8 @@ class RadosStore final : public Store {
         rados_aio_release(s.c);
         if (rc == -ENOENT) continue;  // removed since it was listed
         if (rc < 0) {
-          if (first_error.ok()) first_error = cluster_->Error(rc, "stat", cluster_->ObjectName(keys[i]));
+          if (first_error.ok())
+            first_error = cluster_->Error(rc, "stat", cluster_->ObjectName(keys[i]));
           continue;
         }
         out.push_back({keys[i], s.size});

@@ -61,7 +61,7 @@ Result<UriParts> ParseUri(std::string_view uri);
 
 // Where a librados call failed, for the message.
 struct ErrorContext {
-  std::string_view op;      // "read", "put", "stat", "list", "remove", "open pool", ...
+  std::string_view op;  // "read", "put", "stat", "list", "remove", "open pool", ...
   std::string_view pool;
   std::string_view object;  // RADOS object name; may be empty
   std::string_view client;  // "client.stoker-train"
