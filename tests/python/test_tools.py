@@ -48,7 +48,7 @@ def test_pack_from_a_list_file(tmp_path):
     lines = [f"{p.relative_to(tmp_path)} {7 + i % 3}"
              for i, p in enumerate(sorted(src.root.rglob("*.bin")))]
     (tmp_path / "list.txt").write_text("# path label\n" + "\n".join(lines) + "\n")
-    info = stoker.pack(tmp_path / "list.txt", f"file://{tmp_path / 'ds'}")
+    info = stoker.pack(tmp_path / "list.txt", f"file://{tmp_path / 'ds'}", shuffle=False)
     assert info["samples"] == 20
     batch = next(iter(stoker.Loader(tmp_path / "ds", 20, shuffle=False, rank=0, world_size=1)))
     assert batch["label"].tolist() == [7 + i % 3 for i in range(20)]
@@ -56,10 +56,27 @@ def test_pack_from_a_list_file(tmp_path):
 
 def test_pack_to_memory_store_and_load_in_process(tmp_path):
     src = SourceData(tmp_path / "src", classes=2, per_class=15, seed=6)
-    stoker.pack(src.root, "mem://pytest-pack")
+    stoker.pack(src.root, "mem://pytest-pack", shuffle=False)
     loader = stoker.Loader("mem://pytest-pack", 4, shuffle=False, rank=0, world_size=1)
     got = [x for b in loader for x in b["image"].tolist()]
     assert got == [d for d, _ in src.expected]
+
+
+def test_default_pack_shuffles_reproducibly(tmp_path):
+    src = SourceData(tmp_path / "src", classes=2, per_class=15, seed=6)
+    stoker.pack(src.root, tmp_path / "a")
+    stoker.pack(src.root, tmp_path / "b")
+    stoker.pack(src.root, tmp_path / "c", seed=1)
+
+    def order(uri):
+        loader = stoker.Loader(uri, 30, shuffle=False, rank=0, world_size=1)
+        return [x for b in loader for x in b["image"].tolist()]
+
+    a = order(tmp_path / "a")
+    assert a == order(tmp_path / "b")           # same seed, same packed order
+    assert a != order(tmp_path / "c")           # another seed, another order
+    assert a != [d for d, _ in src.expected]    # shuffled, not the source order
+    assert sorted(a) == sorted(d for d, _ in src.expected)
 
 
 def test_progress_callback_exception_is_raised(tmp_path):
