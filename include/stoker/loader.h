@@ -83,8 +83,9 @@ struct LoaderOptions {
   // A shard read that fails with a retryable error is tried again this many
   // times (with backoff) before the epoch fails. Default: 3.
   uint32_t read_retries = 3;
-  // Deadline of one shard read; past it the read counts as a (retryable)
-  // failure. Default: 60 s.
+  // Deadline of one shard read, from its first attempt, retries included:
+  // past it the epoch fails with TimedOut naming the shard, so a dead
+  // cluster is an error after read_timeout, not a hang. Default: 60 s.
   std::chrono::milliseconds read_timeout{60000};
   // Where Open starts: epoch 0 from its beginning, or a saved state to
   // resume from (nothing before it is read). Default: {0, 0}.

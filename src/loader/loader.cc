@@ -281,7 +281,9 @@ class LoaderImpl final : public Loader {
     std::unique_ptr<ReadQueue> queue = std::move(queue_or).value();
     std::vector<ReadCompletion> done;
     std::vector<std::pair<uint64_t, Deadline>> retry_at;  // use index, when
-    std::map<uint64_t, Deadline> started;                 // use index -> read deadline
+    // use index -> its deadline: read_timeout from the first attempt, so a
+    // dead cluster fails the epoch after read_timeout, retries included.
+    std::map<uint64_t, Deadline> started;
     while (true) {
       std::vector<ReadRequest> batch;
       {
@@ -312,7 +314,7 @@ class LoaderImpl final : public Loader {
           continue;
         }
       }
-      for (const auto& r : batch) started[r.tag] = Clock::now() + options_.read_timeout;
+      for (const auto& r : batch) started.emplace(r.tag, Clock::now() + options_.read_timeout);
       if (!batch.empty()) {
         Status st = queue->Submit(batch);
         if (!st.ok()) {
@@ -325,8 +327,7 @@ class LoaderImpl final : public Loader {
       auto wait_or = queue->Wait(1, Clock::now() + std::chrono::milliseconds(50), &done);
       (void)wait_or;  // TimedOut just means nothing landed in this slice
       for (auto& c : done) {
-        started.erase(c.tag);
-        OnRead(e, c, &retry_at);
+        if (OnRead(e, c, &retry_at)) started.erase(c.tag);
       }
       const auto now = Clock::now();
       for (const auto& [use, deadline] : started) {
@@ -354,7 +355,8 @@ class LoaderImpl final : public Loader {
     return r;
   }
 
-  void OnRead(Epoch& e, const ReadCompletion& c, std::vector<std::pair<uint64_t, Deadline>>* retry) {
+  // Handles a landed read; false when it is to be retried.
+  bool OnRead(Epoch& e, const ReadCompletion& c, std::vector<std::pair<uint64_t, Deadline>>* retry) {
     ShardUse& u = e.uses[c.tag];
     const auto& info = manifest_.shards[u.shard];
     Status st = c.status;
@@ -369,7 +371,7 @@ class LoaderImpl final : public Loader {
       retry->emplace_back(c.tag, Clock::now() + delay);
       std::lock_guard lock(stats_mu_);
       stats_.read_retries++;
-      return;
+      return false;
     }
     if (st.ok()) {
       auto view = ShardView::Parse({u.buffer->data(), info.bytes},
@@ -391,6 +393,7 @@ class LoaderImpl final : public Loader {
     u.state = st.ok() ? ShardState::kReady : ShardState::kFailed;
     u.error = st;
     e.cv.notify_all();
+    return true;
   }
 
   void FailAll(Epoch& e, const Status& st) {
