@@ -343,6 +343,13 @@ keyring = $dir/mgr.\$id/keyring
 osd data = $dir/osd.\$id
 osd journal = $dir/osd.\$id/journal
 keyring = $dir/osd.\$id/keyring
+# Memstore OSDs count as hdd, whose recovery sleeps 0.1 s per object: a
+# restarted OSD would take minutes to get its copies back.
+osd recovery sleep hdd = 0
+osd recovery max active hdd = 16
+# Peers report an OSD's failure every 5 s by default; at 1 s a hung OSD is
+# marked down close to the heartbeat grace.
+osd mon report interval = 1
 $osd_lines
 EOF
 }

@@ -74,10 +74,12 @@ void RegisterBench(CLI::App& app, Action* action) {
       // Opened by the first next(), inside the measurement: Open starts the
       // reads, and the time to the first batch includes it.
       std::unique_ptr<Loader> l;
+      std::shared_ptr<Store> store;
       uint64_t epoch = 0;
       auto next = [&]() -> Result<Batch> {
         if (!l) {
-          STOKER_ASSIGN_OR_RETURN(l, Loader::Open(args->uri, args->flags.options));
+          STOKER_ASSIGN_OR_RETURN(store, OpenStore(args->uri, args->flags.options.store));
+          STOKER_ASSIGN_OR_RETURN(l, Loader::Open(store, args->flags.options));
         }
         while (true) {
           auto b = l->Next();
@@ -95,7 +97,7 @@ void RegisterBench(CLI::App& app, Action* action) {
       extra["peak_buffer_bytes"] = st.peak_buffer_bytes;
       extra["read_retries"] = st.read_retries;
       extra["data_wait_seconds"] = std::chrono::duration<double>(st.wait_time).count();
-      extra["engine"] = PosixEngineName(*OpenStore(args->uri).value());
+      extra["engine"] = PosixEngineName(*store);
       return Report(args->uri, *run, args->flags.options, args->json, extra);
     };
   });
