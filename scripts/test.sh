@@ -28,18 +28,35 @@ export STOKER_TEST_STORE_URI="rados://checkpoint/conformance?id=stoker-train"
 
 failed=0
 step() { echo; echo "==== $* ===="; }
+# run_ctest LOG ARGS...: ctest in build/, its output also kept in LOG.
+run_ctest() {
+  local log=$1 rc
+  shift
+  set +e
+  (cd build && ctest --output-on-failure "$@") 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  ((rc == 0)) || failed=1
+}
 
 step "unit, integration and Python tests (ctest)"
-(cd build && ctest --output-on-failure -j2 -LE ceph-faults) || failed=1
+run_ctest build/ctest-main.log -j2 -LE ceph-faults
 
 step "fault injection against the real Ceph cluster (ctest, serial)"
-(cd build && ctest --output-on-failure -j1 -L ceph-faults) || failed=1
+run_ctest build/ctest-faults.log -j1 -L ceph-faults
 
 step "fuzz: manifest and shard parsers (bounded)"
 scripts/fuzz.sh "${STOKER_FUZZ_SECONDS:-30}" || failed=1
 
+# One closing line over both ctest runs ("N passed, N failed, N skipped");
+# ctest counts a skipped test in its total, so skips are taken out of passed.
+read -r total bad < <(cat build/ctest-main.log build/ctest-faults.log |
+  sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2 \1/p' |
+  awk '{t += $1; f += $2} END {print t + 0, f + 0}')
+skipped=$(cat build/ctest-main.log build/ctest-faults.log | grep -c '(Skipped)$' || true)
+echo
 if ((failed)); then
   echo "stoker: some tests FAILED" >&2
-  exit 1
 fi
-echo "stoker: all tests passed"
+echo "ctest: $((total - bad - skipped)) passed, $bad failed, $skipped skipped"
+exit "$failed"
