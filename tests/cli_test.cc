@@ -118,7 +118,8 @@ TEST(CliTest, ErrorsNameWhatAndWhere) {
   EXPECT_EQ(scheme.code, 10 + int(Code::kInvalidArgument)) << scheme.out;
   EXPECT_NE(scheme.out.find("bogus://x/y"), std::string::npos) << scheme.out;
 
-  auto src = Stoker("pack " + (d.path() / "no-such-src").string() + " " + (d.path() / "ds").string());
+  auto src =
+      Stoker("pack " + (d.path() / "no-such-src").string() + " " + (d.path() / "ds").string());
   EXPECT_EQ(src.code, 10 + int(Code::kNotFound)) << src.out;
   EXPECT_NE(src.out.find("no-such-src"), std::string::npos) << src.out;
 
@@ -126,7 +127,9 @@ TEST(CliTest, ErrorsNameWhatAndWhere) {
   EXPECT_EQ(usage.code, 2) << usage.out;
 
   MakeTree(d.path() / "src", 10);
-  ASSERT_EQ(Stoker("pack --quiet " + (d.path() / "src").string() + " " + (d.path() / "ds").string()).code, 0);
+  ASSERT_EQ(
+      Stoker("pack --quiet " + (d.path() / "src").string() + " " + (d.path() / "ds").string()).code,
+      0);
   auto bad_size = Stoker("bench loader --decode --decode-size 12by4 " + (d.path() / "ds").string());
   EXPECT_EQ(bad_size.code, 10 + int(Code::kInvalidArgument)) << bad_size.out;
   EXPECT_NE(bad_size.out.find("--decode-size"), std::string::npos) << bad_size.out;
@@ -142,7 +145,7 @@ TEST(CliTest, DemoRunsSmallAndWritesJson) {
   TempDir d;
   const std::string json = (d.path() / "demo.json").string();
   auto r = Stoker("demo --images 40 --batch-size 8 --compute-ms 1 --dir " +
-               (d.path() / "work").string() + " --json " + json);
+                  (d.path() / "work").string() + " --json " + json);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("per-file loader"), std::string::npos);
   std::ifstream in(json);

@@ -345,7 +345,8 @@ TEST(LoaderTest, CorruptSampleIsNamedNotDelivered) {
       err = b.status();
       break;
     }
-    for (uint64_t id : b->sample_ids()) ASSERT_NE(id, shard.first_sample) << "corrupt sample delivered";
+    for (uint64_t id : b->sample_ids())
+      ASSERT_NE(id, shard.first_sample) << "corrupt sample delivered";
   }
   EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
   EXPECT_NE(err.message().find(shard.key), std::string::npos) << err.ToString();

@@ -157,7 +157,8 @@ TEST(PackTest, ShardsStayUnderTheTargetAndSamplesAreWhole) {
   // Same sources, same cut.
   auto again = Pack((d.path() / "src").string(), (d.path() / "ds2").string(), o);
   ASSERT_EQ(again->shards.size(), m->shards.size());
-  for (size_t i = 0; i < m->shards.size(); ++i) EXPECT_EQ(again->shards[i].samples, m->shards[i].samples);
+  for (size_t i = 0; i < m->shards.size(); ++i)
+    EXPECT_EQ(again->shards[i].samples, m->shards[i].samples);
   auto store = OpenStore((d.path() / "ds").string());
   auto report = VerifyDataset(**store);
   ASSERT_TRUE(report.ok());

@@ -195,8 +195,8 @@ TEST(PlanTest, ResumeEqualsUninterrupted) {
         auto full = EpochPlan::Make(3, shards, Opts(4, r, world, drop_last), 1);
         auto all = RankSamples(*full);
         for (uint64_t k = 0; k <= full->num_batches(); ++k) {
-          auto resumed = EpochPlan::Make(3, shards, Opts(4, r, world, drop_last), 1,
-                                         full->PositionAfter(k));
+          auto resumed =
+              EpochPlan::Make(3, shards, Opts(4, r, world, drop_last), 1, full->PositionAfter(k));
           ASSERT_TRUE(resumed.ok());
           auto rest = RankSamples(*resumed);
           std::vector<uint64_t> want(all.begin() + std::min<uint64_t>(k * 4, all.size()),

@@ -54,7 +54,7 @@ class PerFileLoader {
 struct LoaderRun {
   uint64_t samples = 0;
   uint64_t batches = 0;
-  uint64_t bytes = 0;  // payload bytes delivered (decoded bytes with decode)
+  uint64_t bytes = 0;       // payload bytes delivered (decoded bytes with decode)
   uint64_t bytes_read = 0;  // bytes read from storage
   double seconds = 0;
   double first_batch_seconds = 0;

@@ -96,7 +96,7 @@ Status ErrnoToStatus(int err, std::string_view what);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "Result built from an OK status");
   }
@@ -122,10 +122,10 @@ class [[nodiscard]] Result {
 
 // Propagation helpers. STOKER_RETURN_IF_ERROR(expr) returns the Status of a
 // failed expression; STOKER_ASSIGN_OR_RETURN(lhs, expr) unwraps a Result.
-#define STOKER_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    ::stoker::Status _st = (expr);                \
-    if (!_st.ok()) return _st;                    \
+#define STOKER_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::stoker::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 #define STOKER_CONCAT_INNER(a, b) a##b

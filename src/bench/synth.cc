@@ -88,7 +88,8 @@ Result<uint64_t> SynthesizeImageFolder(const std::string& root, const SynthOptio
     }
     tjDestroy(tj);
   };
-  const uint32_t threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const uint32_t threads =
+      o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> pool;
   for (uint32_t t = 0; t < threads; ++t) pool.emplace_back(work);
   for (auto& t : pool) t.join();

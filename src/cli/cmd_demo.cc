@@ -60,9 +60,10 @@ void RegisterDemo(CLI::App& app, Action* action) {
   auto args = std::make_shared<Args>();
   args->flags.options.batch_size = 64;
   args->flags.decode = true;
-  auto* cmd = app.add_subcommand(
-      "demo", "Synthesize JPEGs, pack them, and compare an emulated training job on a "
-              "per-file loader and on stoker");
+  auto* cmd =
+      app.add_subcommand("demo",
+                         "Synthesize JPEGs, pack them, and compare an emulated training job on a "
+                         "per-file loader and on stoker");
   cmd->add_option("--dir", args->dir, "Working folder (images and the packed dataset)")
       ->capture_default_str();
   cmd->add_option("--uri", args->uri, "Pack to this dataset URI instead (e.g. rados://POOL/NAME)");
@@ -118,8 +119,8 @@ void RegisterDemo(CLI::App& app, Action* action) {
       if (!sources.ok()) return Fail(sources.status());
       auto manifest = Pack(*sources, **store, PackOptions{});
       if (!manifest.ok()) return Fail(manifest.status());
-      std::printf("    %lu samples in %zu shards, %.1f s\n",
-                  (unsigned long)manifest->sample_count, manifest->shards.size(),
+      std::printf("    %lu samples in %zu shards, %.1f s\n", (unsigned long)manifest->sample_count,
+                  manifest->shards.size(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
       const auto compute = std::chrono::microseconds(int64_t(args->compute_ms * 1000));

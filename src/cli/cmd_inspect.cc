@@ -49,9 +49,8 @@ void RegisterInspect(CLI::App& app, Action* action) {
                   m->IdHex().c_str());
       std::printf("samples        %lu\n", (unsigned long)m->sample_count);
       std::printf("shards         %zu\n", m->shards.size());
-      std::printf("bytes          %lu (%s; payload %s, largest sample %s)\n",
-                  (unsigned long)bytes, HumanBytes(double(bytes)).c_str(),
-                  HumanBytes(double(m->payload_bytes)).c_str(),
+      std::printf("bytes          %lu (%s; payload %s, largest sample %s)\n", (unsigned long)bytes,
+                  HumanBytes(double(bytes)).c_str(), HumanBytes(double(m->payload_bytes)).c_str(),
                   HumanBytes(double(m->max_sample_bytes)).c_str());
       std::string fl;
       for (const auto& f : m->fields) {
@@ -59,9 +58,11 @@ void RegisterInspect(CLI::App& app, Action* action) {
       }
       std::printf("fields         %s\n", fl.c_str());
       std::string cl;
-      for (size_t i = 0; i < m->classes.size() && i < 10; ++i) cl += (i ? ", " : "") + m->classes[i];
+      for (size_t i = 0; i < m->classes.size() && i < 10; ++i)
+        cl += (i ? ", " : "") + m->classes[i];
       if (m->classes.size() > 10) cl += ", ...";
-      std::printf("classes        %zu%s%s\n", m->classes.size(), cl.empty() ? "" : ": ", cl.c_str());
+      std::printf("classes        %zu%s%s\n", m->classes.size(), cl.empty() ? "" : ": ",
+                  cl.c_str());
       std::printf("created by     %s\n", m->created_by.c_str());
       return 0;
     };

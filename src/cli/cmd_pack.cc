@@ -19,11 +19,13 @@ void RegisterPack(CLI::App& app, Action* action) {
     uint64_t seed = 0;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("pack", "Pack an ImageFolder tree or a 'PATH LABEL' list into a dataset");
+  auto* cmd =
+      app.add_subcommand("pack", "Pack an ImageFolder tree or a 'PATH LABEL' list into a dataset");
   cmd->add_option("SRC", args->src, "ImageFolder root (ROOT/CLASS/FILE) or list file")->required();
   cmd->add_option("DST", args->dst, "Dataset URI: a folder, file:///path or rados://POOL/PREFIX")
       ->required();
-  cmd->add_option("--shard-mib", args->shard_mib, "Target shard size in MiB")->capture_default_str();
+  cmd->add_option("--shard-mib", args->shard_mib, "Target shard size in MiB")
+      ->capture_default_str();
   cmd->add_option("--threads", args->threads, "Workers (0 = 2 x cores)")->capture_default_str();
   cmd->add_flag("--quiet", args->quiet, "No progress bar");
   cmd->add_flag("--no-shuffle", args->no_shuffle,

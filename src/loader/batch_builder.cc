@@ -107,14 +107,16 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
     const ColumnSpec& col = columns[c];
     std::byte* at = base + column_offset[c];
     if (col.decode) {
-      b.images_.push_back({col.name, {reinterpret_cast<uint8_t*>(at), n * image_bytes},
-                           decode.height, decode.width, 3});
+      b.images_.push_back({col.name,
+                           {reinterpret_cast<uint8_t*>(at), n * image_bytes},
+                           decode.height,
+                           decode.width,
+                           3});
     } else if (col.type == format::FieldType::kInt64) {
       b.int64_.push_back({col.name, {reinterpret_cast<int64_t*>(at), n}});
     } else {
       offsets[c][n] = pos[c];
-      b.bytes_.push_back(
-          {col.name, {offsets[c], n + 1}, {base + column_data_offset[c], pos[c]}});
+      b.bytes_.push_back({col.name, {offsets[c], n + 1}, {base + column_data_offset[c], pos[c]}});
     }
   }
   return b;

@@ -15,7 +15,8 @@ namespace {
 constexpr size_t kHugePage = 2 << 20;
 }  // namespace
 
-BatchMemory::BatchMemory(size_t capacity, size_t alignment) : capacity_(AlignUp(capacity, alignment)) {
+BatchMemory::BatchMemory(size_t capacity, size_t alignment)
+    : capacity_(AlignUp(capacity, alignment)) {
   if (capacity_ >= kHugePage) {
     capacity_ = AlignUp(capacity_, kHugePage);
     alignment = std::max(alignment, kHugePage);

@@ -73,7 +73,8 @@ Status DecodeJpegResized(std::span<const std::byte> jpeg, uint32_t out_h, uint32
 #ifndef STOKER_HAVE_TURBOJPEG
   return Unsupported("JPEG decode: stoker was built without libturbojpeg");
 #else
-  if (out.size() < size_t(out_h) * out_w * 3) return InvalidArgument("JPEG decode: output too small");
+  if (out.size() < size_t(out_h) * out_w * 3)
+    return InvalidArgument("JPEG decode: output too small");
   thread_local TjHandle tj;
   if (tj.h == nullptr) return Internal("tjInitDecompress failed");
   if (jpeg.empty()) return Corruption("JPEG decode: empty data");
@@ -99,8 +100,8 @@ Status DecodeJpegResized(std::span<const std::byte> jpeg, uint32_t out_h, uint32
     }
   }
   scratch->resize(size_t(sw) * sh * 3);
-  if (tjDecompress2(tj.h, src, jpeg.size(), scratch->data(), sw, 0, sh, TJPF_RGB,
-                    TJFLAG_FASTDCT) != 0) {
+  if (tjDecompress2(tj.h, src, jpeg.size(), scratch->data(), sw, 0, sh, TJPF_RGB, TJFLAG_FASTDCT) !=
+      0) {
     // Warnings (e.g. a truncated final scan) still decode an image; only a
     // fatal error is corruption.
     if (tjGetErrorCode(tj.h) == TJERR_FATAL) {

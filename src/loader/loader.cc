@@ -11,6 +11,8 @@
 // which is what makes the reader/worker hand-off deadlock-free: the reader
 // loads shards in order of first use, and a shard's slot is freed as soon as
 // the last batch using it is built.
+#include "stoker/loader.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <map>
@@ -19,7 +21,6 @@
 
 #include "loader/batch_builder.h"
 #include "loader/batch_memory.h"
-#include "stoker/loader.h"
 #include "stoker/plan.h"
 
 namespace stoker {
@@ -58,9 +59,9 @@ struct Epoch {
   std::condition_variable cv;  // any state change; waiters re-check
   bool stop = false;
   uint64_t slots_free = 0;
-  uint64_t next_read = 0;       // next index in `uses` to read
-  uint64_t next_build = 0;      // next batch a worker may take
-  uint64_t next_consume = 0;    // next batch Next() returns
+  uint64_t next_read = 0;     // next index in `uses` to read
+  uint64_t next_build = 0;    // next batch a worker may take
+  uint64_t next_consume = 0;  // next batch Next() returns
   std::map<uint64_t, Result<Batch>> ready;
   Status failed;  // sticky: the first error delivered by Next()
 
@@ -356,7 +357,8 @@ class LoaderImpl final : public Loader {
   }
 
   // Handles a landed read; false when it is to be retried.
-  bool OnRead(Epoch& e, const ReadCompletion& c, std::vector<std::pair<uint64_t, Deadline>>* retry) {
+  bool OnRead(Epoch& e, const ReadCompletion& c,
+              std::vector<std::pair<uint64_t, Deadline>>* retry) {
     ShardUse& u = e.uses[c.tag];
     const auto& info = manifest_.shards[u.shard];
     Status st = c.status;

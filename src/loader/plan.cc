@@ -17,7 +17,7 @@ uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 // Stream labels, so the shard permutation and each window's permutation draw
 // from independent generators.
-constexpr uint64_t kShardStream = 0x5348415244ull;    // "SHARD"
+constexpr uint64_t kShardStream = 0x5348415244ull;     // "SHARD"
 constexpr uint64_t kWindowStream = 0x57494e444f57ull;  // "WINDOW"
 
 }  // namespace

@@ -69,7 +69,8 @@ Result<PackSources> ScanImageFolder(const std::string& root) {
     std::sort(files.begin(), files.end());
     for (auto& f : files) out.files.push_back({std::move(f), static_cast<int64_t>(label)});
   }
-  if (out.files.empty()) return InvalidArgument(root + ": no files found (expected ROOT/CLASS/FILE)");
+  if (out.files.empty())
+    return InvalidArgument(root + ": no files found (expected ROOT/CLASS/FILE)");
   return out;
 }
 
@@ -162,7 +163,8 @@ Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const Pac
     const std::string& path = sources.files[i].path;
     if (::stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "stat " + path);
     if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
-    if (st.st_size == 0) return InvalidArgument(path + ": empty source file (a sample needs bytes)");
+    if (st.st_size == 0)
+      return InvalidArgument(path + ": empty source file (a sample needs bytes)");
     sizes[i] = static_cast<uint64_t>(st.st_size);
     bytes_total += sizes[i];
   }
