@@ -46,7 +46,13 @@ step "fault injection against the real Ceph cluster (ctest, serial)"
 run_ctest build/ctest-faults.log -j1 -L ceph-faults
 
 step "fuzz: manifest and shard parsers (bounded)"
-scripts/fuzz.sh "${STOKER_FUZZ_SECONDS:-30}" || failed=1
+# libFuzzer's progress goes to a log; its verdict and final stats are shown.
+if scripts/fuzz.sh "${STOKER_FUZZ_SECONDS:-30}" >build/fuzz.log 2>&1; then
+  grep -E '^(== |fuzz:|Done )' build/fuzz.log || true
+else
+  tail -n 60 build/fuzz.log
+  failed=1
+fi
 
 # One closing line over both ctest runs ("N passed, N failed, N skipped");
 # ctest counts a skipped test in its total, so skips are taken out of passed.
@@ -56,7 +62,10 @@ read -r total bad < <(cat build/ctest-main.log build/ctest-faults.log |
 skipped=$(cat build/ctest-main.log build/ctest-faults.log | grep -c '(Skipped)$' || true)
 echo
 if ((failed)); then
-  echo "stoker: some tests FAILED" >&2
+  # Repeat the names of the failed tests last, where a CI log's tail shows them.
+  cat build/ctest-main.log build/ctest-faults.log |
+    sed -n '/The following tests FAILED/,/^Errors while running/p' >&2 || true
+  echo "stoker: some tests FAILED (details: build/ctest-main.log, build/ctest-faults.log, build/fuzz.log)" >&2
 fi
 echo "ctest: $((total - bad - skipped)) passed, $bad failed, $skipped skipped"
 exit "$failed"
