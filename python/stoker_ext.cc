@@ -19,6 +19,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -26,10 +27,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+// checkpoint.h's VerifyReport has the name of dataset.h's; renamed here
+// until the headers settle (this file uses neither checkpoint Verify).
+#define VerifyReport CheckpointVerifyReport
+#include "stoker/checkpoint.h"
+#undef VerifyReport
 #include "stoker/dataset.h"
 #include "stoker/format.h"
 #include "stoker/loader.h"
@@ -413,6 +420,264 @@ py::dict Verify(const std::string& uri, uint32_t reads_in_flight) {
   return d;
 }
 
+// ---- checkpoints (stoker/checkpoint.py) -------------------------------------
+//
+// Tensors arrive from checkpoint.py as (name, dtype, shape, address, nbytes):
+// the address of memory the Python caller keeps alive for the call (a CPU
+// torch tensor's storage, a numpy array's data), so the bytes reach C++
+// without a copy. Restored tensors go back as writable uint8 arrays over
+// Restored::memory: one capsule per restore owns it and is the base of every
+// array, so the memory lives while any array, or a torch tensor made from
+// one, does; checkpoint.py views each as its dtype and shape. The GIL is
+// released while C++ saves, restores, lists or removes.
+
+using TensorArg = std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t, size_t>;
+
+std::vector<TensorRef> MakeTensorRefs(const std::vector<TensorArg>& tensors) {
+  std::vector<TensorRef> refs;
+  refs.reserve(tensors.size());
+  for (const auto& [name, dtype, shape, address, nbytes] : tensors) {
+    TensorRef& t = refs.emplace_back();
+    t.name = name;
+    t.dtype = Unwrap(ParseDType(dtype));
+    t.shape = shape;
+    t.data = {reinterpret_cast<const std::byte*>(address), nbytes};
+  }
+  return refs;
+}
+
+SaveOptions MakeSaveOptions(uint32_t rank, uint32_t world_size, uint64_t chunk_bytes,
+                            std::string metadata_json, uint32_t keep_last, std::string attempt,
+                            double commit_timeout_s, bool wait_for_commit) {
+  SaveOptions o;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.chunk_bytes = chunk_bytes;
+  o.metadata_json = std::move(metadata_json);
+  o.keep_last = keep_last;
+  o.attempt = std::move(attempt);
+  o.commit_timeout = std::chrono::milliseconds(static_cast<int64_t>(commit_timeout_s * 1000));
+  o.wait_for_commit = wait_for_commit;
+  return o;
+}
+
+py::dict CheckpointManifestDict(const CheckpointManifest& m) {
+  py::list ranks;
+  for (const RankPart& part : m.ranks) {
+    py::list tensors;
+    for (const TensorInfo& t : part.tensors) {
+      py::dict d;
+      d["name"] = t.name;
+      d["dtype"] = std::string(DTypeName(t.dtype));
+      d["shape"] = t.shape;
+      d["bytes"] = t.bytes;
+      tensors.append(d);
+    }
+    py::dict r;
+    r["rank"] = part.rank;
+    r["bytes"] = part.bytes();
+    r["chunks"] = part.chunks.size();
+    r["tensors"] = tensors;
+    ranks.append(r);
+  }
+  py::dict d;
+  d["name"] = m.name;
+  d["format_version"] = m.format_version;
+  d["sequence"] = m.sequence;
+  d["created_by"] = m.created_by;
+  d["created_unix_ms"] = m.created_unix_ms;
+  d["world_size"] = m.world_size;
+  d["attempt"] = m.attempt;
+  d["metadata_json"] = m.metadata_json;
+  d["bytes"] = m.bytes();
+  d["tensors"] = m.tensor_count();
+  d["ranks"] = ranks;
+  return d;
+}
+
+// An asynchronous save, for stoker.checkpoint.SaveHandle.
+class SaveHandleWrapper {
+ public:
+  explicit SaveHandleWrapper(SaveHandle h) : handle_(std::move(h)) {}
+
+  bool Done() const {
+    py::gil_scoped_release release;
+    return handle_.Done();
+  }
+
+  // True once the save succeeded; False if `timeout_s` passed first; raises
+  // the save's error. A save that itself failed with TimedOut (the commit
+  // timeout) is told from a wait that timed out by Done().
+  bool Wait(std::optional<double> timeout_s) const {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      if (!timeout_s) {
+        s = handle_.Wait();
+      } else {
+        const auto wait = std::chrono::duration<double>(std::max(0.0, *timeout_s));
+        s = handle_.WaitUntil(Clock::now() + std::chrono::duration_cast<Clock::duration>(wait));
+        if (s.code() == Code::kTimedOut) {
+          if (!handle_.Done()) return false;
+          s = handle_.Wait();
+        }
+      }
+    }
+    Check(s);
+    return true;
+  }
+
+  const std::string& name() const { return handle_.name(); }
+
+ private:
+  SaveHandle handle_;
+};
+
+// One checkpoint root, kept open so that asynchronous saves reuse its staging
+// area. Safe for concurrent use (the Checkpointer is); close() waits for its
+// saves and frees it; calls after it raise CancelledError.
+class CheckpointerHandle {
+ public:
+  CheckpointerHandle(const std::string& uri, const CheckpointerOptions& options) : uri_(uri) {
+    Result<std::unique_ptr<Checkpointer>> r = [&] {
+      py::gil_scoped_release release;
+      return OpenCheckpointer(uri, options);
+    }();
+    ckpt_ = Unwrap(std::move(r));
+  }
+
+  void Save(const std::string& name, const std::vector<TensorArg>& tensors,
+            const SaveOptions& options) {
+    const std::vector<TensorRef> refs = MakeTensorRefs(tensors);
+    Check(Run([&](Checkpointer& c) { return c.Save(name, refs, options); }));
+  }
+
+  SaveHandleWrapper SaveAsync(const std::string& name, const std::vector<TensorArg>& tensors,
+                              const SaveOptions& options) {
+    const std::vector<TensorRef> refs = MakeTensorRefs(tensors);
+    return SaveHandleWrapper(
+        Unwrap(Run([&](Checkpointer& c) { return c.SaveAsync(name, refs, options); })));
+  }
+
+  // {"manifest": dict, "tensors": [(name, dtype, shape, rank, uint8 array,
+  // address)]}, the arrays in manifest order.
+  py::dict Restore(const std::string& name, uint32_t rank, uint32_t world_size, bool all_ranks,
+                   std::vector<std::string> only) {
+    RestoreOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    o.all_ranks = all_ranks;
+    o.only = std::move(only);
+    Restored r = Unwrap(Run([&](Checkpointer& c) { return c.Restore(name, o); }));
+    const py::capsule owner(new std::shared_ptr<void>(r.memory),
+                            [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+    py::list tensors;
+    for (const RestoredTensor& t : r.tensors) {
+      auto* p = reinterpret_cast<uint8_t*>(const_cast<std::byte*>(t.data.data()));
+      // Writable: the memory belongs to this restore alone (as torch.load's).
+      py::array a = py::array_t<uint8_t>({t.data.size()}, {size_t{1}}, p, owner);
+      tensors.append(py::make_tuple(t.info.name, std::string(DTypeName(t.info.dtype)), t.info.shape,
+                                    t.info.rank, a, reinterpret_cast<uintptr_t>(p)));
+    }
+    py::dict d;
+    d["manifest"] = CheckpointManifestDict(r.manifest);
+    d["tensors"] = tensors;
+    return d;
+  }
+
+  py::dict ReadManifest(const std::string& name) {
+    return CheckpointManifestDict(
+        Unwrap(Run([&](Checkpointer& c) { return c.ReadManifest(name); })));
+  }
+
+  py::list List() {
+    const std::vector<CheckpointListing> listings =
+        Unwrap(Run([](Checkpointer& c) { return c.List(); }));
+    py::list out;
+    for (const CheckpointListing& l : listings) {
+      py::dict d;
+      d["name"] = l.name;
+      d["committed"] = l.committed;
+      d["latest"] = l.latest;
+      d["sequence"] = l.sequence;
+      d["bytes"] = l.bytes;
+      d["tensors"] = l.tensors;
+      d["world_size"] = l.world_size;
+      d["created_unix_ms"] = l.created_unix_ms;
+      d["objects"] = l.objects;
+      out.append(d);
+    }
+    return out;
+  }
+
+  std::string Latest() {
+    return Unwrap(Run([](Checkpointer& c) { return c.Latest(); }));
+  }
+
+  void Remove(const std::string& name) {
+    Check(Run([&](Checkpointer& c) { return c.Remove(name); }));
+  }
+
+  // Waits for the pending saves (the Checkpointer's destructor does) and frees
+  // the staging area. Idempotent.
+  void Close() {
+    std::shared_ptr<Checkpointer> last;
+    py::gil_scoped_release release;
+    {
+      std::lock_guard lock(mu_);
+      last.swap(ckpt_);
+    }
+    last.reset();
+  }
+
+  // After fork(): the Checkpointer's threads do not exist in the child, so it
+  // can neither be used nor destroyed. Leak it.
+  void Abandon() {
+    std::lock_guard lock(mu_);
+    if (ckpt_) (void)new std::shared_ptr<Checkpointer>(std::move(ckpt_));
+  }
+
+  const std::string& uri() const { return uri_; }
+
+ private:
+  // Runs f(checkpointer) without the GIL. The shared_ptr keeps the
+  // Checkpointer alive through a concurrent close(), which then frees it
+  // here, still without the GIL.
+  template <typename F>
+  auto Run(F f) -> decltype(f(std::declval<Checkpointer&>())) {
+    std::optional<decltype(f(std::declval<Checkpointer&>()))> result;
+    {
+      py::gil_scoped_release release;
+      std::shared_ptr<Checkpointer> c;
+      {
+        std::lock_guard lock(mu_);
+        c = ckpt_;
+      }
+      if (c) result.emplace(f(*c));
+    }
+    if (!result) Throw(Cancelled("the checkpointer of " + uri_ + " is closed"));
+    return std::move(*result);
+  }
+
+  const std::string uri_;
+  std::mutex mu_;
+  std::shared_ptr<Checkpointer> ckpt_;
+};
+
+std::unique_ptr<CheckpointerHandle> MakeCheckpointer(const std::string& uri, uint32_t io_threads,
+                                                     uint32_t write_retries,
+                                                     std::string posix_engine,
+                                                     uint32_t store_io_threads,
+                                                     double op_timeout_s) {
+  CheckpointerOptions o;
+  o.io_threads = io_threads;
+  o.write_retries = write_retries;
+  o.store = MakeStoreOptions(posix_engine, store_io_threads, op_timeout_s);
+  return std::make_unique<CheckpointerHandle>(uri, o);
+}
+
+// ---- end of checkpoints -----------------------------------------------------
+
 }  // namespace
 }  // namespace stoker::python
 
@@ -470,4 +735,35 @@ PYBIND11_MODULE(_stoker, m) {
         py::arg("seed") = 0);
   m.def("inspect", &Inspect, py::arg("uri"));
   m.def("verify", &Verify, py::arg("uri"), py::arg("reads_in_flight"));
+
+  // ---- checkpoints (stoker/checkpoint.py) ----
+  py::class_<st::SaveOptions>(m, "_SaveOptions")
+      .def(py::init(&MakeSaveOptions), py::arg("rank"), py::arg("world_size"),
+           py::arg("chunk_bytes"), py::arg("metadata_json"), py::arg("keep_last"),
+           py::arg("attempt"), py::arg("commit_timeout_s"), py::arg("wait_for_commit"));
+  py::class_<SaveHandleWrapper>(m, "_SaveHandle")
+      .def("done", &SaveHandleWrapper::Done)
+      .def("wait", &SaveHandleWrapper::Wait, py::arg("timeout_s") = py::none())
+      .def_property_readonly("name", &SaveHandleWrapper::name);
+  py::class_<CheckpointerHandle>(m, "_Checkpointer")
+      .def(py::init(&MakeCheckpointer), py::arg("uri"), py::arg("io_threads"),
+           py::arg("write_retries"), py::arg("posix_engine"), py::arg("store_io_threads"),
+           py::arg("op_timeout_s"))
+      .def("save", &CheckpointerHandle::Save, py::arg("name"), py::arg("tensors"),
+           py::arg("options"))
+      .def("save_async", &CheckpointerHandle::SaveAsync, py::arg("name"), py::arg("tensors"),
+           py::arg("options"))
+      .def("restore", &CheckpointerHandle::Restore, py::arg("name"), py::arg("rank"),
+           py::arg("world_size"), py::arg("all_ranks"), py::arg("only"))
+      .def("read_manifest", &CheckpointerHandle::ReadManifest, py::arg("name"))
+      .def("list", &CheckpointerHandle::List)
+      .def("latest", &CheckpointerHandle::Latest)
+      .def("remove", &CheckpointerHandle::Remove, py::arg("name"))
+      .def("close", &CheckpointerHandle::Close)
+      .def("abandon", &CheckpointerHandle::Abandon)
+      .def_property_readonly("uri", &CheckpointerHandle::uri);
+  m.def(
+      "_validate_checkpoint_name",
+      [](std::string_view name) { Check(st::ValidateCheckpointName(name)); }, py::arg("name"));
+  // ---- end of checkpoints ----
 }

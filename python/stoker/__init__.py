@@ -9,8 +9,12 @@
         for batch in loader:                             # dict of zero-copy tensors
             images, labels = batch["image"], batch["label"]
 
-See stoker.Loader for batches, epochs and resume, stoker.errors for the
-exceptions, and stoker.torch for a torch IterableDataset.
+    stoker.save(model.state_dict(), "/ckpt/run", step=100)   # checkpoints, beside
+    model.load_state_dict(stoker.load("/ckpt/run"))          # torch.save/torch.load
+
+See stoker.Loader for batches, epochs and resume, stoker.checkpoint for
+save and load, stoker.errors for the exceptions, and stoker.torch for a torch
+IterableDataset.
 """
 
 from . import _stoker
@@ -19,6 +23,7 @@ from .errors import *  # noqa: F401,F403
 
 errors._register(_stoker)
 
+from .checkpoint import Checkpointer, SaveHandle, load, save  # noqa: E402
 from .dataset import inspect, pack, verify  # noqa: E402
 from .loader import BytesColumn, DistributedEnv, Loader, distributed_env  # noqa: E402
 
@@ -26,6 +31,7 @@ __version__ = _stoker.__version__
 
 __all__ = [
     "Loader", "BytesColumn", "DistributedEnv", "distributed_env", "pack", "inspect", "verify",
+    "save", "load", "Checkpointer", "SaveHandle",
     "StokerError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
     "PermissionDeniedError", "CorruptionError", "UnsupportedError", "StorageIOError",
     "StorageTimeoutError", "UnavailableError", "NoSpaceError", "CancelledError",

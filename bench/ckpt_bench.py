@@ -1,0 +1,386 @@
+#!/usr/bin/python3
+"""Checkpoints: stoker.save/stoker.load against the disk's limit (fio) and
+against torch.save/torch.load, on the same disk, in one run.
+
+For each state size (default 1 GiB and 8 GiB: a model-like state dict of
+float32 layers, 16 MiB weight + small bias and norm tensors each, filled
+with random values):
+
+  limit     fio sequential write (direct=0, end_fsync=1: through the page
+            cache and durable at the end, as a checkpoint must be) and
+            sequential read (--readonly, page cache dropped first), of one
+            file of the state's size, in --dir; 1 job and --fio-jobs jobs,
+            the faster counts as the limit
+  stoker    stoker.save (sync, durable: every chunk fsynced and committed),
+            then stoker.load with the page cache dropped first (cold)
+  torch     torch.save of the same state dict to a file in --dir (as users
+            call it: no fsync; and with an fsync after it, durable), then
+            torch.load, cold
+  stall     how long the training loop stops: stoker.save(async_=True) until
+            it returns (the snapshot into the reused staging area; the first
+            async save, which also allocates it, is reported apart), a sync
+            stoker.save, torch.save; the reference is copying the state once
+            in memory (a torch clone of every tensor)
+
+With --rados URI also: `rados bench write` and `seq` on the URI's pool (4 MiB
+objects, 8 in flight, as many objects as the state holds) as the limit, and
+stoker.save/stoker.load to the URI (reads not cold: the OSDs keep data in
+their own memory).
+
+Every figure is the median of --repeats runs. The page cache is dropped
+(`echo 3 > /proc/sys/vm/drop_caches`, root only) before each cold read; without
+root the reads are warm and the table says so. GB/s are 10^9 bytes/s; sizes
+are GiB.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/ckpt_bench.py --dir /var/tmp/ckbench \\
+        [--sizes 1,8] [--repeats 3] [--rados 'rados://checkpoint/bench?id=stoker-train'] \\
+        [--json out.json]
+"""
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import torch
+
+import stoker
+from core_bench import drop_caches  # True if it could (root)
+
+GiB = 1 << 30
+LAYER_IN, LAYER_OUT = 1024, 4096  # a 16 MiB float32 weight per layer
+
+
+# ---- the state -------------------------------------------------------------------
+
+
+def make_state(nbytes):
+    """A model-like state dict of about `nbytes` (float32 layers of ~16 MiB)."""
+    per_layer = 4 * (LAYER_IN * LAYER_OUT + LAYER_OUT + 2 * LAYER_IN)
+    layers = max(1, round(nbytes / per_layer))
+    gen = torch.Generator().manual_seed(0)
+    state = {}
+    for i in range(layers):
+        state[f"layers.{i}.weight"] = torch.empty(LAYER_OUT, LAYER_IN).uniform_(generator=gen)
+        state[f"layers.{i}.bias"] = torch.empty(LAYER_OUT).uniform_(generator=gen)
+        state[f"layers.{i}.norm.weight"] = torch.ones(LAYER_IN)
+        state[f"layers.{i}.norm.bias"] = torch.zeros(LAYER_IN)
+    state["step"] = 1000
+    return state
+
+
+def state_bytes(state):
+    return sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
+
+
+# ---- helpers ---------------------------------------------------------------------
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def gbps(nbytes, seconds):
+    return nbytes / seconds / 1e9 if seconds else None
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+# ---- peers -----------------------------------------------------------------------
+
+
+def fio(directory, rw, nbytes, jobs):
+    """fio's sequential bandwidth (bytes/s) over `jobs` files that sum to nbytes."""
+    cmd = ["fio", "--name=ckpt", f"--directory={directory}", f"--rw={rw}", "--bs=4M",
+           f"--size={nbytes // jobs}", f"--numjobs={jobs}", "--group_reporting",
+           "--ioengine=psync", "--output-format=json"]
+    if rw == "write":
+        cmd += ["--direct=0", "--end_fsync=1"]
+    else:
+        cmd += ["--readonly"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    job = json.loads(out[out.index("{"):])["jobs"][0]
+    return job["write" if rw == "write" else "read"]["bw_bytes"]
+
+
+def fio_limits(directory, nbytes, repeats, jobs_options, cold):
+    """Median write and read bandwidth for each job count; the best counts."""
+    best = {"write": 0.0, "read": 0.0}
+    detail = {}
+    for jobs in jobs_options:
+        runs = {"write": [], "read": []}
+        for _ in range(repeats):
+            d = Path(directory, f"fio-{jobs}")
+            d.mkdir()
+            runs["write"].append(fio(d, "write", nbytes, jobs))
+            if cold:
+                drop_caches()
+            runs["read"].append(fio(d, "read", nbytes, jobs))
+            shutil.rmtree(d)
+        detail[jobs] = {k: median(v) for k, v in runs.items()}
+        for k in best:
+            best[k] = max(best[k], detail[jobs][k])
+        log(f"  fio {jobs} job(s): write {detail[jobs]['write'] / 1e9:.3f} GB/s, "
+            f"read {detail[jobs]['read'] / 1e9:.3f} GB/s")
+    return best, detail
+
+
+def rados_args(uri):
+    """(pool, ['--id', ID, '--conf', CONF]) from a rados:// URI."""
+    u = urllib.parse.urlsplit(uri)
+    q = dict(urllib.parse.parse_qsl(u.query))
+    args = []
+    if "id" in q:
+        args += ["--id", q["id"]]
+    if "conf" in q:
+        args += ["--conf", q["conf"]]
+    elif os.environ.get("CEPH_CONF"):
+        args += ["--conf", os.environ["CEPH_CONF"]]
+    if "keyring" in q:
+        args += ["--keyring", q["keyring"]]
+    return u.netloc, args
+
+
+def rados_bench(uri, nbytes, repeats):
+    pool, args = rados_args(uri)
+    objects = max(1, nbytes // (4 << 20))
+    runs = {"write": [], "seq": []}
+    for _ in range(repeats):
+        run = f"ckbench-{uuid.uuid4().hex[:8]}"
+        base = ["rados", *args, "-p", pool]
+        w = subprocess.run(base + ["bench", "600", "write", "-b", "4M", "-t", "8", "--no-cleanup",
+                                   "--max-objects", str(objects), "--run-name", run,
+                                   "--format", "json"],
+                           check=True, capture_output=True, text=True).stdout
+        runs["write"].append(float(json.loads(w[w.index("{"):])["bandwidth"]) * 2**20)
+        r = subprocess.run(base + ["bench", "600", "seq", "-t", "8", "--run-name", run,
+                                   "--format", "json"],
+                           check=True, capture_output=True, text=True).stdout
+        runs["seq"].append(float(json.loads(r[r.index("{"):])["bandwidth"]) * 2**20)
+        subprocess.run(base + ["cleanup", "--run-name", run], check=True, capture_output=True)
+    return {k: median(v) for k, v in runs.items()}
+
+
+# ---- the measurements --------------------------------------------------------------
+
+
+def bench_clone(state, repeats):
+    times = []
+    for _ in range(repeats):
+        t, copy = timed(lambda: {k: v.clone() if isinstance(v, torch.Tensor) else v
+                                 for k, v in state.items()})
+        times.append(t)
+        del copy
+        gc.collect()
+    return median(times)
+
+
+def bench_stoker(state, root, repeats, cold):
+    """Sync save and (cold) load times, medians."""
+    c = stoker.Checkpointer(root)
+    saves, loads = [], []
+    for i in range(repeats):
+        name = f"sync-{i}"
+        t, _ = timed(lambda: c.save(state, name))
+        saves.append(t)
+        if cold:
+            drop_caches()
+        t, back = timed(lambda: c.load(name))
+        loads.append(t)
+        assert torch.equal(back["layers.0.weight"], state["layers.0.weight"])
+        del back
+        gc.collect()
+        c.remove(name)
+    c.close()
+    return median(saves), median(loads)
+
+
+def bench_async(state, root, repeats):
+    """First async stall, steady-state stall and time to durable, medians."""
+    c = stoker.Checkpointer(root)
+    first, handle = timed(lambda: c.save(state, "async-warmup", async_=True))
+    stalls, totals = [], []
+    for i in range(repeats):
+        # A save waits for the previous one (they share the staging area):
+        # wait outside the timed part, as a training loop would have by now.
+        handle.wait()
+        t0 = time.perf_counter()
+        handle = c.save(state, f"async-{i}", async_=True)
+        stalls.append(time.perf_counter() - t0)
+        handle.wait()
+        totals.append(time.perf_counter() - t0)
+    for entry in c.list():
+        c.remove(entry["name"])
+    c.close()
+    return first, median(stalls), median(totals)
+
+
+def bench_torch(state, directory, repeats, cold):
+    """torch.save (no fsync), torch.save + fsync, torch.load (cold), medians."""
+    saves, durable, loads = [], [], []
+    path = Path(directory, "torch-state.pt")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.save(state, path)
+        saves.append(time.perf_counter() - t0)
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        durable.append(time.perf_counter() - t0)
+        if cold:
+            drop_caches()
+        t, back = timed(lambda: torch.load(path))
+        loads.append(t)
+        del back
+        gc.collect()
+        path.unlink()
+        os.sync()
+    return median(saves), median(durable), median(loads)
+
+
+def run_size(size_gib, args, cold):
+    log(f"state of {size_gib} GiB: making it")
+    state = make_state(int(size_gib * GiB))
+    nbytes = state_bytes(state)
+    work = Path(args.dir, f"ckbench-{os.getpid()}")
+    work.mkdir(parents=True)
+    r = {"size_gib": size_gib, "bytes": nbytes, "tensors": len(state) - 1}
+    try:
+        log("  clone (reference)")
+        r["clone_s"] = bench_clone(state, args.repeats)
+        log("  fio")
+        limits, detail = fio_limits(work, nbytes, args.repeats, sorted({1, args.fio_jobs}), cold)
+        r["fio_write_Bps"], r["fio_read_Bps"] = limits["write"], limits["read"]
+        r["fio_by_jobs"] = detail
+        log("  stoker sync save + load")
+        r["stoker_save_s"], r["stoker_load_s"] = bench_stoker(state, str(work / "stoker"),
+                                                              args.repeats, cold)
+        log("  stoker async save")
+        r["async_first_stall_s"], r["async_stall_s"], r["async_total_s"] = bench_async(
+            state, str(work / "stoker-async"), args.repeats)
+        log("  torch.save + torch.load")
+        r["torch_save_s"], r["torch_save_fsync_s"], r["torch_load_s"] = bench_torch(
+            state, work, args.repeats, cold)
+        if args.rados:
+            log("  rados bench")
+            rb = rados_bench(args.rados, nbytes, args.repeats)
+            r["rados_write_Bps"], r["rados_seq_Bps"] = rb["write"], rb["seq"]
+            log("  stoker on RADOS")
+            uri = _rados_root(args.rados, f"ckbench-{uuid.uuid4().hex[:8]}")
+            r["rados_save_s"], r["rados_load_s"] = bench_stoker(state, uri, args.repeats, False)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return r
+
+
+def _rados_root(uri, leaf):
+    u = urllib.parse.urlsplit(uri)
+    path = u.path.rstrip("/") + "/" + leaf
+    return urllib.parse.urlunsplit((u.scheme, u.netloc, path, u.query, ""))
+
+
+# ---- the report ------------------------------------------------------------------
+
+
+def report(results, cold):
+    read_kind = "cold" if cold else "WARM (page cache not dropped: not root)"
+    lines = [f"reads: {read_kind}; medians; GB/s = 10^9 B/s", ""]
+    lines.append("| state | fio write | stoker save | ratio | fio read | stoker load | ratio | "
+                 "torch.save | torch.save+fsync | torch.load | save vs torch.save |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        n = r["bytes"]
+        lines.append(
+            f"| {r['size_gib']} GiB | {r['fio_write_Bps'] / 1e9:.3f} | "
+            f"{gbps(n, r['stoker_save_s']):.3f} | "
+            f"{gbps(n, r['stoker_save_s']) * 1e9 / r['fio_write_Bps']:.0%} | "
+            f"{r['fio_read_Bps'] / 1e9:.3f} | {gbps(n, r['stoker_load_s']):.3f} | "
+            f"{gbps(n, r['stoker_load_s']) * 1e9 / r['fio_read_Bps']:.0%} | "
+            f"{gbps(n, r['torch_save_s']):.3f} | {gbps(n, r['torch_save_fsync_s']):.3f} | "
+            f"{gbps(n, r['torch_load_s']):.3f} | "
+            f"{r['torch_save_s'] / r['stoker_save_s']:.2f}× "
+            f"({r['torch_save_fsync_s'] / r['stoker_save_s']:.2f}× with fsync) |")
+    lines += ["", "Training stall (seconds the caller waits):", ""]
+    lines.append("| state | clone once | async save | ratio to clone | first async save | "
+                 "async until durable | sync save | torch.save | async vs torch.save |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        lines.append(
+            f"| {r['size_gib']} GiB | {r['clone_s']:.3f} | {r['async_stall_s']:.3f} | "
+            f"{r['async_stall_s'] / r['clone_s']:.2f}× | {r['async_first_stall_s']:.3f} | "
+            f"{r['async_total_s']:.3f} | {r['stoker_save_s']:.3f} | {r['torch_save_s']:.3f} | "
+            f"{r['torch_save_s'] / r['async_stall_s']:.1f}× |")
+    if any("rados_write_Bps" in r for r in results):
+        lines += ["", "RADOS:", ""]
+        lines.append("| state | rados bench write | stoker save | ratio | rados bench seq | "
+                     "stoker load | ratio |")
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in results:
+            if "rados_write_Bps" not in r:
+                continue
+            n = r["bytes"]
+            s, l_ = gbps(n, r["rados_save_s"]), gbps(n, r["rados_load_s"])
+            lines.append(
+                f"| {r['size_gib']} GiB | {r['rados_write_Bps'] / 1e9:.3f} | {s:.3f} | "
+                f"{s * 1e9 / r['rados_write_Bps']:.0%} | {r['rados_seq_Bps'] / 1e9:.3f} | "
+                f"{l_:.3f} | {l_ * 1e9 / r['rados_seq_Bps']:.0%} |")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dir", default=None,
+                   help="where to write (default: a new folder under /var/tmp); one disk")
+    p.add_argument("--sizes", default="1,8", help="state sizes in GiB, comma-separated")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--fio-jobs", type=int, default=4,
+                   help="fio is also run with this many jobs; the faster counts")
+    p.add_argument("--rados", default=None, help="a rados:// root to measure as well")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args()
+    sizes = [float(s) for s in args.sizes.split(",") if s]
+    own_dir = args.dir is None
+    if own_dir:
+        args.dir = tempfile.mkdtemp(prefix="stoker-ckbench-", dir="/var/tmp")
+    cold = drop_caches()
+    if not cold:
+        log("not root: cannot drop the page cache, reads will be warm")
+    results = []
+    try:
+        for size in sizes:
+            results.append(run_size(size, args, cold))
+            gc.collect()
+    finally:
+        if own_dir:
+            shutil.rmtree(args.dir, ignore_errors=True)
+    text = report(results, cold)
+    print(text)
+    if args.json:
+        machine = {"cpus": os.cpu_count(), "platform": platform.platform(),
+                   "torch": torch.__version__, "stoker": stoker.__version__,
+                   "load_average": os.getloadavg()}
+        Path(args.json).write_text(json.dumps({"machine": machine, "cold_reads": cold,
+                                               "args": vars(args), "results": results},
+                                              indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
