@@ -576,3 +576,35 @@ def test_save_and_load_release_the_gil(tmp_path):
         if took < 0.1:
             pytest.skip(f"{what} took only {took:.3f} s: too fast to tell")
         assert others_ran, f"another Python thread must run during {what}"
+
+
+def test_a_pending_async_save_completes_at_exit(tmp_path):
+    from conftest import run_python
+
+    root = str(tmp_path / "ckpt")
+    code = f"""
+import torch, stoker
+state = {{f"t{{i}}": torch.full((1 << 20,), float(i)) for i in range(8)}}
+stoker.save(state, {root!r}, step=3, async_=True, chunk_bytes=1 << 20)
+"""  # exits at once, the writing not done
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    back = stoker.load(root)
+    assert stoker.Checkpointer(root).latest() == "step-000000000003"
+    assert all(back[f"t{i}"][-1].item() == i for i in range(8))
+
+
+def test_numpy_states_need_no_torch(tmp_path):
+    from conftest import run_python
+
+    code = f"""
+import sys, numpy as np, stoker
+state = {{"a": np.arange(6).reshape(2, 3), "b": [np.float32(2.5), (1, None)]}}
+stoker.save(state, {str(tmp_path / "ckpt")!r})
+back = stoker.load({str(tmp_path / "ckpt")!r})
+assert np.array_equal(back["a"], state["a"]) and back["b"] == state["b"], back
+assert type(back["b"][0]) is np.float32
+assert "torch" not in sys.modules
+"""
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
