@@ -51,12 +51,6 @@ using namespace std::chrono_literals;
 using testing::RandomBytes;
 using testing::TempDir;
 
-#define ASSERT_OK(expr)                                     \
-  do {                                                      \
-    const ::stoker::Status _s = (expr);                     \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
-  } while (0)
-
 bool Contains(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
 }

@@ -8,6 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "stoker/status.h"
+
+// Asserts that a Status is OK, printing it otherwise.
+#define ASSERT_OK(expr)                                     \
+  do {                                                      \
+    const ::stoker::Status _s = (expr);                     \
+    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
+  } while (0)
+
 namespace stoker::testing {
 
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it when

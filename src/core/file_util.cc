@@ -36,4 +36,16 @@ Status ReadWholeFile(const std::string& path, std::vector<std::byte>* out) {
   return st;
 }
 
+std::vector<std::string_view> SplitPath(std::string_view key) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= key.size()) {
+    size_t end = key.find('/', start);
+    if (end == std::string_view::npos) end = key.size();
+    parts.push_back(key.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
 }  // namespace stoker::internal

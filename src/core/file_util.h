@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stoker/status.h"
@@ -14,5 +15,9 @@ namespace stoker::internal {
 // read keeps what was there. Errors name the call and the path; a
 // non-regular file is InvalidArgument.
 Status ReadWholeFile(const std::string& path, std::vector<std::byte>* out);
+
+// The '/'-separated components of `key`, empty ones included ("a//b" gives
+// "a", "", "b"), for the checks of object keys and names.
+std::vector<std::string_view> SplitPath(std::string_view key);
 
 }  // namespace stoker::internal

@@ -9,6 +9,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "core/file_util.h"
 #include "format/coding.h"
 #include "format/framed_json.h"
 #include "stoker/format.h"
@@ -61,14 +62,9 @@ std::string KeyProblem(std::string_view key) {
   }
   if (key.front() == '/') return "leading '/'";
   if (key.back() == '/') return "trailing '/'";
-  size_t start = 0;
-  while (start <= key.size()) {
-    size_t end = key.find('/', start);
-    if (end == std::string_view::npos) end = key.size();
-    std::string_view part = key.substr(start, end - start);
+  for (std::string_view part : stoker::internal::SplitPath(key)) {
     if (part.empty()) return "empty path component";
     if (part == "." || part == "..") return "'" + std::string(part) + "' path component";
-    start = end + 1;
   }
   if (key == kManifestKey) return "names the manifest";
   return {};

@@ -1,0 +1,301 @@
+// Checkpoints: named tensors and metadata saved to a store in parallel chunks,
+// committed atomically by a manifest written last, restored in parallel with
+// every checksum verified. The byte-level format is docs/checkpoint.md.
+//
+// A checkpoint root is a store URI (a directory, or rados://checkpoint/RUN);
+// each checkpoint is a NAME under it:
+//
+//   NAME/rank-RRRRR/CCCCCC.chunk   chunks of rank R's tensors (raw bytes)
+//   NAME/rank-RRRRR.part           rank R's part record, after its chunks
+//   NAME/manifest.stkc             the commit, written by rank 0 after every part
+//   latest                         the name of the newest commit, moved after it
+//
+// Saving: every rank calls Save (or SaveAsync) with its own tensors and the
+// same name, rank and world size. A rank writes its chunks, then its part
+// record; rank 0 waits until every rank's part is durable, then writes the
+// manifest (the commit), then moves `latest`, then applies retention. A save
+// killed at any point leaves the previous checkpoints and `latest` as they
+// were; the half-written NAME has no manifest and no reader takes it for a
+// checkpoint (`stoker ckpt ls` shows it as incomplete; Remove deletes it).
+//
+// Asynchronous saves copy the tensors into a host staging area that the
+// Checkpointer keeps and reuses, return, and write in the background. A
+// failed write is retried (write_retries) and then reported through the
+// handle, and also on stderr if nobody asked the handle by the time the
+// Checkpointer is destroyed: never silently dropped.
+//
+// Thread safety: a Checkpointer is safe for concurrent use; saves are
+// serialised (a save waits for the previous asynchronous save to finish
+// writing, because they share the staging area). SaveHandle is safe for
+// concurrent use.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/status.h"
+#include "stoker/store.h"
+
+namespace stoker {
+
+// Element types, named as PyTorch names them (docs/checkpoint.md §3).
+enum class DType : uint8_t {
+  kBool,
+  kUInt8,
+  kInt8,
+  kInt16,
+  kUInt16,
+  kInt32,
+  kUInt32,
+  kInt64,
+  kUInt64,
+  kFloat16,
+  kBFloat16,
+  kFloat32,
+  kFloat64,
+  kComplex64,
+  kComplex128,
+  kFloat8E4M3FN,
+  kFloat8E5M2,
+};
+// "float32", "bfloat16", ...; ParseDType is its inverse (InvalidArgument on
+// an unknown name).
+std::string_view DTypeName(DType t);
+Result<DType> ParseDType(std::string_view name);
+size_t DTypeSize(DType t);
+
+// One tensor to save: a name, an element type, a shape and its bytes
+// (row-major, contiguous). data.size() must equal product(shape) x the
+// element size. The memory is only read, and only during Save (sync) or
+// until SaveAsync returns (async).
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  std::span<const std::byte> data;
+};
+
+struct SaveOptions {
+  // This process's rank and the number of ranks that save this checkpoint.
+  // Default: 0 of 1.
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // Target size of a chunk object. Tensors smaller than this are grouped into
+  // shared chunks; larger ones are cut into chunks of this size written
+  // straight from their memory. Default: 64 MiB (half RADOS's default
+  // osd_max_object_size, large enough that an fsync per chunk costs little).
+  uint64_t chunk_bytes = 64ull << 20;
+  // User metadata: a JSON object, stored in the manifest. Default: {}.
+  std::string metadata_json = "{}";
+  // Keep the newest K committed checkpoints under the root and remove older
+  // ones after a commit (rank 0). Default: 0 = keep all.
+  uint32_t keep_last = 0;
+  // Tells the ranks' part records of this save from those of an earlier,
+  // crashed attempt at the same name: rank 0 commits only parts with the
+  // same token. Every rank must pass the same value (MPI or
+  // torch.distributed can broadcast one). Default: empty (any attempt).
+  std::string attempt;
+  // How long rank 0 waits for the other ranks' parts, and the other ranks
+  // for rank 0's commit. Default: 10 min.
+  std::chrono::milliseconds commit_timeout{600000};
+  // Ranks other than 0: wait for the commit before the save counts as done.
+  // Default: on, so that a finished save means a committed checkpoint.
+  bool wait_for_commit = true;
+};
+
+struct CheckpointerOptions {
+  // Chunk writes (and restore reads) in flight at once. Default: 8.
+  uint32_t io_threads = 8;
+  // Attempts after a failed chunk, part or manifest write whose error is
+  // retryable (a RADOS timeout, an unavailable OSD); other errors (a full
+  // disk, a refused write) fail the save at once. Default: 3.
+  uint32_t write_retries = 3;
+  // Wait before the first retry, doubled each time. Default: 200 ms.
+  std::chrono::milliseconds retry_backoff{200};
+  // How often rank 0 looks for the other ranks' parts (and they for the
+  // commit). Default: 50 ms.
+  std::chrono::milliseconds poll_interval{50};
+  // Options of the store that OpenCheckpointer opens.
+  StoreOptions store;
+};
+
+// The state of one asynchronous save. Copies share it.
+class SaveHandle {
+ public:
+  SaveHandle() = default;
+  // True once the save has finished, committed or failed.
+  bool Done() const;
+  // Waits for the save; its outcome. Ok means durable (and committed, on
+  // rank 0 or with wait_for_commit).
+  Status Wait() const;
+  // Waits until `deadline`; TimedOut if the save is still running then.
+  Status WaitUntil(Deadline deadline) const;
+  const std::string& name() const;
+
+  struct State;  // implementation
+  explicit SaveHandle(std::shared_ptr<State> s) : state_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// What the manifest says about one tensor.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  uint32_t rank = 0;
+  // Position in its rank's stream, the concatenation of that rank's chunks.
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+struct ChunkInfo {
+  std::string key;
+  uint64_t bytes = 0;
+  uint64_t hash = 0;    // xxh3-64 of the chunk's bytes
+  uint64_t offset = 0;  // in its rank's stream (sum of the chunks before it)
+};
+
+struct RankPart {
+  uint32_t rank = 0;
+  std::vector<TensorInfo> tensors;
+  std::vector<ChunkInfo> chunks;
+  uint64_t bytes() const { return chunks.empty() ? 0 : chunks.back().offset + chunks.back().bytes; }
+};
+
+struct CheckpointManifest {
+  uint32_t format_version = 0;
+  std::string name;
+  uint64_t sequence = 0;  // commit order under the root, from 1
+  std::string created_by;
+  int64_t created_unix_ms = 0;
+  uint32_t world_size = 1;
+  std::string attempt;
+  std::string metadata_json = "{}";
+  std::vector<RankPart> ranks;  // by rank, 0 .. world_size-1
+  uint64_t bytes() const;
+  size_t tensor_count() const;
+};
+
+// One entry of List.
+struct CheckpointListing {
+  std::string name;
+  // False for a NAME with objects but no manifest: a save that is running,
+  // or one that was killed (Remove deletes it).
+  bool committed = false;
+  bool latest = false;
+  uint64_t sequence = 0, bytes = 0, tensors = 0;
+  uint32_t world_size = 0;
+  int64_t created_unix_ms = 0;
+  uint64_t objects = 0;  // objects under NAME/
+};
+
+struct RestoreOptions {
+  // The rank whose tensors to restore, and the world size of the restoring
+  // job. A world size other than the checkpoint's is an error naming both,
+  // unless all_ranks is set. Default: 0 of 0 (0 = do not check).
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  // Restore every rank's tensors (for a re-shard by the caller, or a tool).
+  // Default: off.
+  bool all_ranks = false;
+  // Only these tensors (by name); empty = all of the chosen rank(s).
+  std::vector<std::string> only;
+};
+
+// A restored tensor; data points into Restored::memory (or the caller's
+// buffer, for RestoreInto).
+struct RestoredTensor {
+  TensorInfo info;
+  std::span<const std::byte> data;
+};
+
+struct Restored {
+  CheckpointManifest manifest;
+  std::vector<RestoredTensor> tensors;  // in manifest order
+  // Owns the tensors' memory (each tensor 64-byte aligned); data stays valid
+  // while any copy of this pointer lives.
+  std::shared_ptr<void> memory;
+};
+
+// A caller-owned destination for RestoreInto.
+struct TensorDestination {
+  std::string name;
+  std::span<std::byte> data;  // exactly the tensor's size
+};
+
+// What Verify found.
+struct VerifyReport {
+  uint64_t chunks = 0, bytes = 0, tensors = 0;
+  std::vector<std::string> problems;  // one line each, naming chunk and tensors
+};
+
+class Checkpointer {
+ public:
+  virtual ~Checkpointer() = default;
+
+  // The root's URI, for messages.
+  virtual const std::string& uri() const = 0;
+
+  // Saves and returns when done (see SaveOptions::wait_for_commit). `name`
+  // matches [A-Za-z0-9][A-Za-z0-9._-]{0,127}; a name already committed is
+  // AlreadyExists. Tensor names are unique, 1..1024 bytes of UTF-8 without
+  // control characters, and never used as object keys.
+  virtual Status Save(std::string_view name, std::span<const TensorRef> tensors,
+                      const SaveOptions& options) = 0;
+
+  // Copies the tensors into the staging area, returns, and writes in the
+  // background. The caller may change or free its tensors once this returns.
+  // Errors found before the copy (bad arguments) are returned here; the
+  // rest through the handle.
+  virtual Result<SaveHandle> SaveAsync(std::string_view name, std::span<const TensorRef> tensors,
+                                       const SaveOptions& options) = 0;
+
+  // Committed and incomplete checkpoints under the root, by sequence
+  // (incomplete ones last, by name).
+  virtual Result<std::vector<CheckpointListing>> List() = 0;
+
+  // The name `latest` points to; NotFound if there is none.
+  virtual Result<std::string> Latest() = 0;
+
+  // Reads and checks a manifest. "" or "latest" means the latest.
+  virtual Result<CheckpointManifest> ReadManifest(std::string_view name) = 0;
+
+  // Restores into new memory, reading chunks in parallel and verifying each.
+  virtual Result<Restored> Restore(std::string_view name, const RestoreOptions& options) = 0;
+
+  // Restores into caller buffers, one per tensor wanted (by name).
+  virtual Result<CheckpointManifest> RestoreInto(std::string_view name,
+                                                 std::span<const TensorDestination> dst,
+                                                 const RestoreOptions& options) = 0;
+
+  // Reads every chunk of every rank and checks sizes and checksums. Returns
+  // the manifest's error if it cannot be read; chunk problems are listed in
+  // the report (and make the status Corruption).
+  virtual Status Verify(std::string_view name, VerifyReport* report) = 0;
+
+  // Removes a checkpoint, committed or not: its manifest first (so it is no
+  // longer a checkpoint), then its other objects. If `latest` named it,
+  // `latest` moves to the newest remaining commit (or is removed).
+  virtual Status Remove(std::string_view name) = 0;
+};
+
+// Opens the checkpoint root at `uri` (any store URI, see OpenStore).
+Result<std::unique_ptr<Checkpointer>> OpenCheckpointer(std::string_view uri,
+                                                       const CheckpointerOptions& options = {});
+// Over an already open store (tests, wrappers).
+std::unique_ptr<Checkpointer> NewCheckpointer(std::shared_ptr<Store> store,
+                                              const CheckpointerOptions& options = {});
+
+// Checks a checkpoint name (InvalidArgument naming what is wrong).
+Status ValidateCheckpointName(std::string_view name);
+
+}  // namespace stoker

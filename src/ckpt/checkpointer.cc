@@ -1,0 +1,918 @@
+// The Checkpointer: save (sync and async), commit, list, restore, verify and
+// remove over one store. docs/checkpoint.md is the format; §1.1 the commit
+// protocol this file carries out.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckpt/records.h"
+#include "stoker/checkpoint.h"
+#include "stoker/format.h"
+
+namespace stoker {
+
+using namespace std::chrono_literals;
+
+// ---- SaveHandle -------------------------------------------------------------
+
+struct SaveHandle::State {
+  std::string name;
+  std::string uri;
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  bool done = false;
+  mutable bool observed = false;
+  Status status;
+
+  void Finish(Status s) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      status = std::move(s);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+
+bool SaveHandle::Done() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> l(state_->mu);
+  if (state_->done) state_->observed = true;
+  return state_->done;
+}
+
+Status SaveHandle::Wait() const {
+  if (!state_) return InvalidArgument("SaveHandle: empty handle");
+  std::unique_lock<std::mutex> l(state_->mu);
+  state_->cv.wait(l, [&] { return state_->done; });
+  state_->observed = true;
+  return state_->status;
+}
+
+Status SaveHandle::WaitUntil(Deadline deadline) const {
+  if (!state_) return InvalidArgument("SaveHandle: empty handle");
+  std::unique_lock<std::mutex> l(state_->mu);
+  if (!state_->cv.wait_until(l, deadline, [&] { return state_->done; })) {
+    return TimedOut("checkpoint " + state_->name + " at " + state_->uri + ": still being written");
+  }
+  state_->observed = true;
+  return state_->status;
+}
+
+const std::string& SaveHandle::name() const {
+  static const std::string kEmpty;
+  return state_ ? state_->name : kEmpty;
+}
+
+namespace {
+
+using ckpt::ChunkKey;
+using ckpt::ManifestKey;
+using ckpt::PartKey;
+using ckpt::PartRecord;
+
+// ---- helpers ----------------------------------------------------------------
+
+// The number of workers ParallelFor uses.
+size_t Workers(size_t n, uint32_t threads) {
+  return std::max<size_t>(1, std::min<size_t>(threads, n));
+}
+
+// Runs fn(i, worker) for i in 0..n-1 on Workers(n, threads) threads (worker
+// in 0..Workers-1, for per-worker scratch); the first error stops the others
+// from taking new indices and is returned.
+Status ParallelFor(size_t n, uint32_t threads, const std::function<Status(size_t, size_t)>& fn) {
+  if (n == 0) return Status::Ok();
+  const size_t t = Workers(n, threads);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  Status first;
+  auto work = [&](size_t worker) {
+    for (;;) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      Status s = fn(i, worker);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> l(mu);
+        if (first.ok()) first = std::move(s);
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < t; ++i) pool.emplace_back(work, i);
+  work(0);
+  for (auto& th : pool) th.join();
+  return first;
+}
+
+// Page-aligned anonymous memory: the staging area and restored tensors.
+// Huge pages where the kernel offers them: fewer faults on the first touch
+// of gigabytes.
+struct MappedMemory {
+  std::byte* data = nullptr;
+  size_t size = 0;
+  MappedMemory() = default;
+  MappedMemory(const MappedMemory&) = delete;
+  MappedMemory& operator=(const MappedMemory&) = delete;
+  ~MappedMemory() {
+    if (data != nullptr) ::munmap(data, size);
+  }
+  static Result<std::unique_ptr<MappedMemory>> Make(size_t bytes) {
+    auto m = std::make_unique<MappedMemory>();
+    if (bytes == 0) return m;
+    const size_t huge = 2ull << 20;
+    m->size = (bytes + huge - 1) / huge * huge;
+    void* p = ::mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      m->size = 0;
+      return ErrnoToStatus(errno, "mmap of " + std::to_string(bytes) + " bytes");
+    }
+    ::madvise(p, m->size, MADV_HUGEPAGE);
+    m->data = static_cast<std::byte*>(p);
+    return m;
+  }
+};
+
+// One piece of a chunk: bytes of one tensor.
+struct Segment {
+  const std::byte* src = nullptr;
+  size_t bytes = 0;
+};
+
+struct ChunkPlan {
+  uint64_t offset = 0, bytes = 0;
+  std::vector<Segment> segments;
+};
+
+// Where the writer cuts a rank's stream (§3.1: the writer's choice). Tensors
+// of at least `chunk` bytes get chunks of their own, written straight from
+// their memory; smaller ones share chunks of up to `chunk` bytes.
+std::vector<ChunkPlan> PlanChunks(std::span<const TensorRef> tensors, uint64_t chunk) {
+  std::vector<ChunkPlan> plan;
+  ChunkPlan group;
+  uint64_t stream = 0;
+  auto flush = [&] {
+    if (group.bytes > 0) plan.push_back(std::move(group));
+    group = ChunkPlan{};
+    group.offset = stream;
+  };
+  for (const TensorRef& t : tensors) {
+    const uint64_t n = t.data.size();
+    if (n == 0) continue;
+    if (n >= chunk) {
+      flush();
+      for (uint64_t off = 0; off < n; off += chunk) {
+        ChunkPlan c;
+        c.offset = stream + off;
+        c.bytes = std::min(chunk, n - off);
+        c.segments.push_back({t.data.data() + off, c.bytes});
+        plan.push_back(std::move(c));
+      }
+      stream += n;
+      group.offset = stream;
+      continue;
+    }
+    if (group.bytes + n > chunk) flush();
+    group.segments.push_back({t.data.data(), n});
+    group.bytes += n;
+    stream += n;
+  }
+  flush();
+  return plan;
+}
+
+std::string Join(const std::vector<std::string>& v, size_t max = 8) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < max; ++i) {
+    if (i) out += ", ";
+    out += v[i];
+  }
+  if (v.size() > max) out += ", and " + std::to_string(v.size() - max) + " more";
+  return out;
+}
+
+// Names of the tensors of `part` that overlap [offset, offset + bytes).
+std::vector<std::string> TensorsIn(const RankPart& part, uint64_t offset, uint64_t bytes) {
+  std::vector<std::string> out;
+  auto it = std::upper_bound(part.tensors.begin(), part.tensors.end(), offset,
+                             [](uint64_t o, const TensorInfo& t) { return o < t.offset; });
+  if (it != part.tensors.begin()) --it;
+  for (; it != part.tensors.end() && it->offset < offset + bytes; ++it) {
+    if (it->bytes > 0 && it->offset + it->bytes > offset) out.push_back(it->name);
+  }
+  return out;
+}
+
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- the checkpointer -------------------------------------------------------
+
+class CheckpointerImpl final : public Checkpointer {
+ public:
+  CheckpointerImpl(std::shared_ptr<Store> store, const CheckpointerOptions& options)
+      : store_(std::move(store)), opt_(options) {
+    if (opt_.io_threads == 0) opt_.io_threads = 1;
+  }
+
+  ~CheckpointerImpl() override {
+    std::lock_guard<std::mutex> l(save_mu_);
+    JoinBackground();
+  }
+
+  const std::string& uri() const override { return store_->uri(); }
+
+  Status Save(std::string_view name, std::span<const TensorRef> tensors,
+              const SaveOptions& options) override {
+    STOKER_RETURN_IF_ERROR(CheckSave(name, tensors, options));
+    std::lock_guard<std::mutex> l(save_mu_);
+    JoinBackground();
+    STOKER_RETURN_IF_ERROR(Prepare(name, options));
+    return WriteAndCommit(std::string(name), Describe(tensors),
+                          PlanChunks(tensors, options.chunk_bytes), options);
+  }
+
+  Result<SaveHandle> SaveAsync(std::string_view name, std::span<const TensorRef> tensors,
+                               const SaveOptions& options) override {
+    STOKER_RETURN_IF_ERROR(CheckSave(name, tensors, options));
+    std::lock_guard<std::mutex> l(save_mu_);
+    JoinBackground();
+    STOKER_RETURN_IF_ERROR(Prepare(name, options));
+
+    // The snapshot: every tensor copied, back to back, into the staging area.
+    uint64_t total = 0;
+    for (const TensorRef& t : tensors) total += t.data.size();
+    if (!staging_ || staging_->size < total) {
+      staging_.reset();
+      STOKER_ASSIGN_OR_RETURN(staging_, MappedMemory::Make(total));
+    }
+    struct Piece {
+      const std::byte* src;
+      std::byte* dst;
+      size_t n;
+    };
+    std::vector<Piece> pieces;
+    std::vector<TensorRef> staged(tensors.begin(), tensors.end());
+    uint64_t at = 0;
+    constexpr size_t kPiece = 32ull << 20;  // spreads a large tensor over threads
+    for (TensorRef& t : staged) {
+      for (size_t off = 0; off < t.data.size(); off += kPiece) {
+        pieces.push_back({t.data.data() + off, staging_->data + at + off,
+                          std::min(kPiece, t.data.size() - off)});
+      }
+      t.data = std::span<const std::byte>(staging_->data + at, t.data.size());
+      at += t.data.size();
+    }
+    const uint32_t copiers = std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 16);
+    (void)ParallelFor(pieces.size(), copiers, [&](size_t i, size_t) {
+      std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].n);
+      return Status::Ok();
+    });
+
+    auto state = std::make_shared<SaveHandle::State>();
+    state->name = std::string(name);
+    state->uri = uri();
+    background_ = state;
+    bg_ = std::thread([this, state, staged = std::move(staged), options]() {
+      Status s = WriteAndCommit(state->name, Describe(staged),
+                                PlanChunks(staged, options.chunk_bytes), options);
+      if (!s.ok()) {
+        // Never silently dropped: said here, and kept in the handle.
+        std::fprintf(stderr, "stoker: background save of checkpoint %s failed: %s\n",
+                     state->name.c_str(), s.ToString().c_str());
+      }
+      state->Finish(std::move(s));
+    });
+    return SaveHandle(state);
+  }
+
+  Result<std::vector<CheckpointListing>> List() override {
+    STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store_->List(""));
+    std::map<std::string, CheckpointListing> by_name;
+    for (const ObjectInfo& o : objects) {
+      size_t slash = o.key.find('/');
+      if (slash == std::string::npos) continue;  // `latest`, strays
+      std::string name = o.key.substr(0, slash);
+      if (!ValidateCheckpointName(name).ok()) continue;
+      CheckpointListing& l = by_name[name];
+      l.name = name;
+      ++l.objects;
+      if (o.key == ManifestKey(name)) l.committed = true;
+    }
+    std::string latest;
+    if (auto lt = ReadLatest(); lt.ok()) latest = *lt;
+    std::vector<CheckpointListing> out;
+    for (auto& [name, l] : by_name) {
+      l.latest = name == latest;
+      if (l.committed) {
+        auto m = ReadManifestOf(name);
+        if (!m.ok()) return m.status();
+        l.sequence = m->sequence;
+        l.bytes = m->bytes();
+        l.tensors = m->tensor_count();
+        l.world_size = m->world_size;
+        l.created_unix_ms = m->created_unix_ms;
+      }
+      out.push_back(std::move(l));
+    }
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+      if (a.committed != b.committed) return a.committed;
+      return a.committed ? a.sequence < b.sequence : a.name < b.name;
+    });
+    return out;
+  }
+
+  Result<std::string> Latest() override { return ReadLatest(); }
+
+  Result<CheckpointManifest> ReadManifest(std::string_view name) override {
+    STOKER_ASSIGN_OR_RETURN(std::string n, Resolve(name));
+    return ReadManifestOf(n);
+  }
+
+  Result<Restored> Restore(std::string_view name, const RestoreOptions& options) override {
+    Restored out;
+    STOKER_ASSIGN_OR_RETURN(std::string n, Resolve(name));
+    STOKER_ASSIGN_OR_RETURN(out.manifest, ReadManifestOf(n));
+    STOKER_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> wanted,
+                            Select(out.manifest, options, {}));
+    // One block; each tensor 64-byte aligned in it.
+    std::vector<uint64_t> at(wanted.size());
+    uint64_t total = 0;
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      at[i] = total;
+      total += (wanted[i]->bytes + 63) / 64 * 64;
+    }
+    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<MappedMemory> mem, MappedMemory::Make(total));
+    std::vector<std::span<std::byte>> dst(wanted.size());
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      dst[i] = std::span<std::byte>(mem->data + at[i], wanted[i]->bytes);
+    }
+    STOKER_RETURN_IF_ERROR(ReadTensors(out.manifest, wanted, dst));
+    for (size_t i = 0; i < wanted.size(); ++i) out.tensors.push_back({*wanted[i], dst[i]});
+    out.memory =
+        std::shared_ptr<void>(mem.release(), [](void* p) { delete static_cast<MappedMemory*>(p); });
+    return out;
+  }
+
+  Result<CheckpointManifest> RestoreInto(std::string_view name,
+                                         std::span<const TensorDestination> dst,
+                                         const RestoreOptions& options) override {
+    STOKER_ASSIGN_OR_RETURN(std::string n, Resolve(name));
+    STOKER_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifestOf(n));
+    std::vector<std::string> names;
+    for (const TensorDestination& d : dst) names.push_back(d.name);
+    STOKER_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> wanted, Select(m, options, names));
+    std::vector<std::span<std::byte>> spans;
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      if (dst[i].data.size() != wanted[i]->bytes) {
+        return InvalidArgument("restore of checkpoint " + n + " at " + uri() + ": tensor '" +
+                               wanted[i]->name + "' is " + std::to_string(wanted[i]->bytes) +
+                               " bytes, its destination " + std::to_string(dst[i].data.size()));
+      }
+      spans.push_back(dst[i].data);
+    }
+    STOKER_RETURN_IF_ERROR(ReadTensors(m, wanted, spans));
+    return m;
+  }
+
+  Status Verify(std::string_view name, VerifyReport* report) override {
+    VerifyReport local;
+    VerifyReport& r = report ? *report : local;
+    STOKER_ASSIGN_OR_RETURN(std::string n, Resolve(name));
+    STOKER_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifestOf(n));
+    struct Item {
+      const RankPart* part;
+      const ChunkInfo* chunk;
+    };
+    std::vector<Item> items;
+    for (const RankPart& p : m.ranks) {
+      for (const ChunkInfo& c : p.chunks) items.push_back({&p, &c});
+      r.tensors += p.tensors.size();
+    }
+    std::mutex mu;
+    (void)ParallelFor(items.size(), opt_.io_threads, [&](size_t i, size_t) {
+      const Item& it = items[i];
+      std::string problem;
+      auto info = store_->Stat(it.chunk->key);
+      if (!info.ok()) {
+        problem = info.status().message();
+      } else if (info->size != it.chunk->bytes) {
+        problem = KeyUri(it.chunk->key) + ": " + std::to_string(info->size) +
+                  " bytes, the manifest says " + std::to_string(it.chunk->bytes);
+      } else {
+        std::vector<std::byte> buf(it.chunk->bytes);
+        auto got = store_->Read(it.chunk->key, 0, buf);
+        if (!got.ok()) {
+          problem = got.status().message();
+        } else if (*got != buf.size() || format::Hash64(buf) != it.chunk->hash) {
+          problem = KeyUri(it.chunk->key) + ": checksum mismatch";
+        }
+      }
+      std::lock_guard<std::mutex> l(mu);
+      ++r.chunks;
+      r.bytes += it.chunk->bytes;
+      if (!problem.empty()) {
+        r.problems.push_back(problem + " (rank " + std::to_string(it.part->rank) + ", tensors " +
+                             Join(TensorsIn(*it.part, it.chunk->offset, it.chunk->bytes)) + ")");
+      }
+      return Status::Ok();
+    });
+    std::sort(r.problems.begin(), r.problems.end());
+    if (!r.problems.empty()) {
+      return Corruption("checkpoint " + n + " at " + uri() + ": " +
+                        std::to_string(r.problems.size()) +
+                        " bad chunk(s); first: " + r.problems.front());
+    }
+    return Status::Ok();
+  }
+
+  Status Remove(std::string_view name) override {
+    STOKER_RETURN_IF_ERROR(ValidateCheckpointName(name));
+    const std::string n(name);
+    STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store_->List(n + "/"));
+    if (objects.empty()) return NotFound("no checkpoint " + n + " at " + uri());
+    // The manifest first: from here on it is no checkpoint, whatever remains.
+    Status s = store_->Remove(ManifestKey(n));
+    if (!s.ok() && s.code() != Code::kNotFound) return s;
+    auto latest = ReadLatest();
+    if (latest.ok() && *latest == n) STOKER_RETURN_IF_ERROR(RepointLatest());
+    for (const ObjectInfo& o : objects) {
+      if (o.key == ManifestKey(n)) continue;
+      Status r = store_->Remove(o.key);
+      if (!r.ok() && r.code() != Code::kNotFound) return r;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string KeyUri(std::string_view key) const { return uri() + "/" + std::string(key); }
+  std::string Where(std::string_view name) const {
+    return "checkpoint " + std::string(name) + " at " + uri();
+  }
+
+  void JoinBackground() {
+    if (bg_.joinable()) bg_.join();
+    if (background_) {
+      std::lock_guard<std::mutex> l(background_->mu);
+      if (!background_->status.ok() && !background_->observed) {
+        std::fprintf(stderr,
+                     "stoker: the background save of checkpoint %s failed and nobody asked its "
+                     "handle: %s\n",
+                     background_->name.c_str(), background_->status.ToString().c_str());
+      }
+    }
+    background_.reset();
+  }
+
+  // Arguments, before anything is written or copied.
+  Status CheckSave(std::string_view name, std::span<const TensorRef> tensors,
+                   const SaveOptions& o) const {
+    STOKER_RETURN_IF_ERROR(ValidateCheckpointName(name));
+    const std::string where = "save of checkpoint " + std::string(name) + " to " + uri();
+    if (o.world_size == 0 || o.world_size > 65536) {
+      return InvalidArgument(where + ": world_size " + std::to_string(o.world_size) +
+                             " (1..65536)");
+    }
+    if (o.rank >= o.world_size) {
+      return InvalidArgument(where + ": rank " + std::to_string(o.rank) +
+                             " is not below world_size " + std::to_string(o.world_size));
+    }
+    if (o.chunk_bytes < 4096 || o.chunk_bytes > ckpt::kMaxChunkBytes) {
+      return InvalidArgument(where + ": chunk_bytes " + std::to_string(o.chunk_bytes) +
+                             " (4 KiB .. 1 GiB)");
+    }
+    auto meta = nlohmann::json::parse(o.metadata_json, nullptr, /*allow_exceptions=*/false);
+    if (!meta.is_object()) {
+      return InvalidArgument(where + ": metadata is not a JSON object");
+    }
+    std::unordered_set<std::string_view> names;
+    for (const TensorRef& t : tensors) {
+      if (std::string why = ckpt::TensorNameProblem(t.name); !why.empty()) {
+        return InvalidArgument(where + ": " + why);
+      }
+      if (!names.insert(t.name).second) {
+        return InvalidArgument(where + ": tensor name '" + t.name + "' given twice");
+      }
+      const size_t size = DTypeSize(t.dtype);
+      if (size == 0) return InvalidArgument(where + ": tensor '" + t.name + "': unknown dtype");
+      unsigned __int128 count = 1;
+      for (int64_t d : t.shape) {
+        if (d < 0) {
+          return InvalidArgument(where + ": tensor '" + t.name + "': negative dimension");
+        }
+        count *= static_cast<uint64_t>(d);
+        if (count > (static_cast<unsigned __int128>(1) << 58)) {
+          return InvalidArgument(where + ": tensor '" + t.name + "': too many elements");
+        }
+      }
+      if (count * size != t.data.size()) {
+        return InvalidArgument(where + ": tensor '" + t.name + "' has " +
+                               std::to_string(t.data.size()) + " bytes; its shape and dtype (" +
+                               std::string(DTypeName(t.dtype)) + ") make " +
+                               std::to_string(static_cast<uint64_t>(count * size)));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // §1.1 step 1: refuse a committed name; drop this rank's stale part.
+  Status Prepare(std::string_view name, const SaveOptions& o) {
+    auto st = store_->Stat(ManifestKey(name));
+    if (st.ok()) {
+      return AlreadyExists(Where(name) +
+                           " is already committed; remove it or save under another name");
+    }
+    if (st.status().code() != Code::kNotFound) return st.status();
+    Status s = store_->Remove(PartKey(name, o.rank));
+    if (!s.ok() && s.code() != Code::kNotFound) return s;
+    return Status::Ok();
+  }
+
+  static RankPart Describe(std::span<const TensorRef> tensors) {
+    RankPart r;
+    uint64_t at = 0;
+    for (const TensorRef& t : tensors) {
+      TensorInfo ti;
+      ti.name = t.name;
+      ti.dtype = t.dtype;
+      ti.shape = t.shape;
+      ti.offset = at;
+      ti.bytes = t.data.size();
+      at += ti.bytes;
+      r.tensors.push_back(std::move(ti));
+    }
+    return r;
+  }
+
+  // Put with retries of retryable errors (doubling backoff).
+  Status PutWithRetries(const std::string& key, std::span<const std::byte> data) {
+    auto backoff = opt_.retry_backoff;
+    for (uint32_t attempt = 0;; ++attempt) {
+      Status s = store_->Put(key, data);
+      if (s.ok() || !s.retryable() || attempt >= opt_.write_retries) {
+        if (!s.ok() && s.retryable()) {
+          return Status(s.code(),
+                        s.message() + " (after " + std::to_string(attempt + 1) + " attempts)",
+                        true);
+        }
+        return s;
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff *= 2;
+    }
+  }
+
+  Status WriteAndCommit(const std::string& name, RankPart part, std::vector<ChunkPlan> plan,
+                        const SaveOptions& o) {
+    part.rank = o.rank;
+    part.chunks.resize(plan.size());
+    // Chunks, in parallel; a shared chunk is gathered into a per-thread
+    // buffer, a chunk of one tensor is written from the tensor's memory.
+    std::vector<std::vector<std::byte>> scratch(Workers(plan.size(), opt_.io_threads));
+    Status s = ParallelFor(plan.size(), opt_.io_threads, [&](size_t i, size_t w) -> Status {
+      std::vector<std::byte>& gather = scratch[w];
+      const ChunkPlan& c = plan[i];
+      std::span<const std::byte> data;
+      if (c.segments.size() == 1) {
+        data = {c.segments[0].src, c.segments[0].bytes};
+      } else {
+        gather.resize(c.bytes);
+        size_t at = 0;
+        for (const Segment& seg : c.segments) {
+          std::memcpy(gather.data() + at, seg.src, seg.bytes);
+          at += seg.bytes;
+        }
+        data = gather;
+      }
+      ChunkInfo& ci = part.chunks[i];
+      ci.key = ChunkKey(name, o.rank, i);
+      ci.bytes = c.bytes;
+      ci.offset = c.offset;
+      ci.hash = format::Hash64(data);
+      return PutWithRetries(ci.key, data);
+    });
+    if (!s.ok()) return s.WithContext("save of " + Where(name));
+
+    PartRecord rec{name, o.world_size, o.attempt, std::move(part)};
+    const std::string encoded = ckpt::EncodePart(rec);
+    s = PutWithRetries(PartKey(name, o.rank), std::as_bytes(std::span(encoded)));
+    if (!s.ok()) return s.WithContext("save of " + Where(name) + ": part record");
+
+    if (o.rank == 0) return Commit(name, std::move(rec), o);
+    if (o.wait_for_commit) return WaitForCommit(name, o);
+    return Status::Ok();
+  }
+
+  // §1.1 steps 2-5, on rank 0.
+  Status Commit(const std::string& name, PartRecord mine, const SaveOptions& o) {
+    std::vector<std::optional<RankPart>> parts(o.world_size);
+    parts[0] = std::move(mine.part);
+    size_t have = 1;
+    std::map<uint32_t, std::string> stale;
+    const Deadline deadline = Clock::now() + o.commit_timeout;
+    while (have < o.world_size) {
+      for (uint32_t r = 1; r < o.world_size; ++r) {
+        if (parts[r]) continue;
+        auto raw = store_->ReadAll(PartKey(name, r));
+        if (!raw.ok()) {
+          if (raw.status().code() != Code::kNotFound) return raw.status();
+          continue;
+        }
+        auto rec = ckpt::DecodePart(*raw, KeyUri(PartKey(name, r)), name);
+        if (!rec.ok()) {
+          // A part being replaced cannot be half-written (Put is atomic), so
+          // a bad one is damage, not a race.
+          return rec.status();
+        }
+        if (rec->world_size != o.world_size || rec->attempt != o.attempt || rec->part.rank != r) {
+          stale[r] = "its part says world_size " + std::to_string(rec->world_size) + ", attempt '" +
+                     rec->attempt + "'";
+          continue;
+        }
+        stale.erase(r);
+        parts[r] = std::move(rec->part);
+        ++have;
+      }
+      if (have == o.world_size) break;
+      if (Clock::now() >= deadline) {
+        std::vector<std::string> missing;
+        for (uint32_t r = 0; r < o.world_size; ++r) {
+          if (parts[r]) continue;
+          missing.push_back(std::to_string(r) +
+                            (stale.count(r) ? " (" + stale[r] + ")" : std::string()));
+        }
+        return TimedOut("commit of " + Where(name) + ": rank(s) " + Join(missing, 16) +
+                        " did not write their part within " +
+                        std::to_string(o.commit_timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(opt_.poll_interval);
+    }
+
+    CheckpointManifest m;
+    m.format_version = ckpt::kCheckpointFormatVersion;
+    m.name = name;
+    m.created_by = "stoker 0.1.0";
+    m.created_unix_ms = UnixMillis();
+    m.world_size = o.world_size;
+    m.attempt = o.attempt;
+    m.metadata_json = o.metadata_json;
+    for (auto& p : parts) m.ranks.push_back(std::move(*p));
+    STOKER_ASSIGN_OR_RETURN(std::vector<CheckpointListing> committed, Committed());
+    for (const CheckpointListing& l : committed) m.sequence = std::max(m.sequence, l.sequence);
+    ++m.sequence;
+    const std::string encoded = ckpt::EncodeCheckpointManifest(m);
+    Status s = PutWithRetries(ManifestKey(name), std::as_bytes(std::span(encoded)));
+    if (!s.ok()) return s.WithContext("commit of " + Where(name));
+    const std::string pointer = name + "\n";
+    s = PutWithRetries(std::string(ckpt::kLatestKey), std::as_bytes(std::span(pointer)));
+    if (!s.ok()) {
+      return s.WithContext(Where(name) + " is committed, but moving 'latest' to it failed");
+    }
+    if (o.keep_last > 0) {
+      committed.push_back({.name = name, .committed = true, .sequence = m.sequence});
+      for (size_t i = 0; i + o.keep_last < committed.size(); ++i) {
+        if (committed[i].name == name) continue;
+        s = Remove(committed[i].name);
+        if (!s.ok() && s.code() != Code::kNotFound) {
+          return s.WithContext(Where(name) + " is committed, but removing " + committed[i].name +
+                               " (keep_last " + std::to_string(o.keep_last) + ") failed");
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status WaitForCommit(const std::string& name, const SaveOptions& o) {
+    const Deadline deadline = Clock::now() + o.commit_timeout;
+    for (;;) {
+      auto st = store_->Stat(ManifestKey(name));
+      if (st.ok()) return Status::Ok();
+      if (st.status().code() != Code::kNotFound) return st.status();
+      if (Clock::now() >= deadline) {
+        return TimedOut("save of " + Where(name) + ": rank " + std::to_string(o.rank) +
+                        "'s part is durable, but rank 0 did not commit within " +
+                        std::to_string(o.commit_timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(opt_.poll_interval);
+    }
+  }
+
+  // Committed checkpoints, by sequence.
+  Result<std::vector<CheckpointListing>> Committed() {
+    STOKER_ASSIGN_OR_RETURN(std::vector<CheckpointListing> all, List());
+    std::erase_if(all, [](const CheckpointListing& l) { return !l.committed; });
+    return all;
+  }
+
+  Status RepointLatest() {
+    STOKER_ASSIGN_OR_RETURN(std::vector<CheckpointListing> committed, Committed());
+    if (committed.empty()) {
+      Status s = store_->Remove(std::string(ckpt::kLatestKey));
+      return s.code() == Code::kNotFound ? Status::Ok() : s;
+    }
+    const std::string pointer = committed.back().name + "\n";
+    return PutWithRetries(std::string(ckpt::kLatestKey), std::as_bytes(std::span(pointer)));
+  }
+
+  Result<std::string> ReadLatest() {
+    auto raw = store_->ReadAll(ckpt::kLatestKey);
+    if (!raw.ok()) {
+      if (raw.status().code() == Code::kNotFound) {
+        return NotFound("no checkpoint at " + uri() + " (no 'latest' pointer)");
+      }
+      return raw.status();
+    }
+    std::string s(reinterpret_cast<const char*>(raw->data()), raw->size());
+    if (s.empty() || s.back() != '\n' || !ValidateCheckpointName(s.substr(0, s.size() - 1)).ok()) {
+      return Corruption(KeyUri(ckpt::kLatestKey) + ": not a checkpoint name and a newline");
+    }
+    s.pop_back();
+    return s;
+  }
+
+  Result<std::string> Resolve(std::string_view name) {
+    if (name.empty() || name == ckpt::kLatestKey) {
+      STOKER_ASSIGN_OR_RETURN(std::string n, ReadLatest());
+      if (auto st = store_->Stat(ManifestKey(n)); !st.ok()) {
+        if (st.status().code() == Code::kNotFound) {
+          return NotFound(KeyUri(ckpt::kLatestKey) + " names " + n + ", which has no manifest (" +
+                          KeyUri(ManifestKey(n)) + " is missing)");
+        }
+        return st.status();
+      }
+      return n;
+    }
+    STOKER_RETURN_IF_ERROR(ValidateCheckpointName(name));
+    return std::string(name);
+  }
+
+  Result<CheckpointManifest> ReadManifestOf(const std::string& name) {
+    auto raw = store_->ReadAll(ManifestKey(name));
+    if (!raw.ok()) {
+      if (raw.status().code() == Code::kNotFound) {
+        auto any = store_->List(name + "/");
+        const bool partial = any.ok() && !any->empty();
+        return NotFound("no checkpoint " + name + " at " + uri() +
+                        (partial ? " (it has objects but no manifest: a save that is running or "
+                                   "was interrupted)"
+                                 : ""));
+      }
+      return raw.status();
+    }
+    return ckpt::DecodeCheckpointManifest(*raw, KeyUri(ManifestKey(name)), name);
+  }
+
+  // The tensors a restore reads, in manifest order (or in `names` order).
+  Result<std::vector<const TensorInfo*>> Select(const CheckpointManifest& m,
+                                                const RestoreOptions& o,
+                                                const std::vector<std::string>& names) {
+    const std::string where = "restore of checkpoint " + m.name + " at " + uri();
+    if (!o.all_ranks && o.world_size != 0 && o.world_size != m.world_size) {
+      return InvalidArgument(where + ": it was written by " + std::to_string(m.world_size) +
+                             " rank(s), this job has " + std::to_string(o.world_size) +
+                             " (restore all ranks' tensors to re-shard them)");
+    }
+    if (!o.all_ranks && o.rank >= m.world_size) {
+      return InvalidArgument(where + ": rank " + std::to_string(o.rank) + " is not below its " +
+                             std::to_string(m.world_size) + " rank(s)");
+    }
+    std::vector<const TensorInfo*> pool;
+    for (const RankPart& p : m.ranks) {
+      if (!o.all_ranks && p.rank != o.rank) continue;
+      for (const TensorInfo& t : p.tensors) pool.push_back(&t);
+    }
+    std::vector<std::string> want = names.empty() ? o.only : names;
+    if (want.empty()) return pool;
+    std::unordered_map<std::string_view, const TensorInfo*> by_name;
+    for (const TensorInfo* t : pool) by_name.emplace(t->name, t);
+    std::vector<const TensorInfo*> out;
+    for (const std::string& n : want) {
+      auto it = by_name.find(n);
+      if (it == by_name.end()) {
+        return NotFound(where + ": no tensor '" + n + "'" +
+                        (o.all_ranks ? "" : " in rank " + std::to_string(o.rank)));
+      }
+      out.push_back(it->second);
+    }
+    return out;
+  }
+
+  // Reads the chunks under `wanted` into `dst` (one span per tensor), every
+  // chunk checked before its bytes count. A chunk that lies inside one
+  // wanted tensor is read straight into place; others through a buffer.
+  Status ReadTensors(const CheckpointManifest& m, const std::vector<const TensorInfo*>& wanted,
+                     const std::vector<std::span<std::byte>>& dst) {
+    struct Job {
+      const RankPart* part;
+      const ChunkInfo* chunk;
+      std::byte* direct = nullptr;  // read straight here, or...
+      std::vector<size_t> tensors;  // ...copy out to these (indices into wanted)
+    };
+    std::map<std::pair<uint32_t, size_t>, Job> jobs;  // (rank, chunk) in order
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      const TensorInfo& t = *wanted[i];
+      if (t.bytes == 0) continue;
+      const RankPart& p = m.ranks[t.rank];
+      auto first = std::upper_bound(p.chunks.begin(), p.chunks.end(), t.offset,
+                                    [](uint64_t o, const ChunkInfo& c) { return o < c.offset; });
+      for (auto c = std::prev(first); c != p.chunks.end() && c->offset < t.offset + t.bytes; ++c) {
+        Job& j = jobs[{t.rank, static_cast<size_t>(c - p.chunks.begin())}];
+        j.part = &p;
+        j.chunk = &*c;
+        j.tensors.push_back(i);
+      }
+    }
+    std::vector<Job*> order;
+    for (auto& [k, j] : jobs) {
+      if (j.tensors.size() == 1) {
+        const TensorInfo& t = *wanted[j.tensors[0]];
+        if (j.chunk->offset >= t.offset && j.chunk->offset + j.chunk->bytes <= t.offset + t.bytes) {
+          j.direct = dst[j.tensors[0]].data() + (j.chunk->offset - t.offset);
+        }
+      }
+      order.push_back(&j);
+    }
+    std::vector<std::vector<std::byte>> scratch(Workers(order.size(), opt_.io_threads));
+    return ParallelFor(order.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
+      Job& j = *order[n];
+      std::vector<std::byte>& buffer = scratch[w];
+      std::span<std::byte> into;
+      if (j.direct != nullptr) {
+        into = {j.direct, j.chunk->bytes};
+      } else {
+        buffer.resize(j.chunk->bytes);
+        into = buffer;
+      }
+      auto tensors = [&] {
+        return " (rank " + std::to_string(j.part->rank) + ", tensors " +
+               Join(TensorsIn(*j.part, j.chunk->offset, j.chunk->bytes)) + ")";
+      };
+      auto got = store_->Read(j.chunk->key, 0, into);
+      if (!got.ok()) {
+        const Status& s = got.status();
+        if (s.code() == Code::kNotFound) {
+          return NotFound(KeyUri(j.chunk->key) + ": chunk missing" + tensors());
+        }
+        return Status(s.code(), s.message() + tensors(), s.retryable());
+      }
+      if (*got != j.chunk->bytes) {
+        return Corruption(KeyUri(j.chunk->key) + ": truncated: " + std::to_string(*got) +
+                          " bytes, the manifest says " + std::to_string(j.chunk->bytes) +
+                          tensors());
+      }
+      if (format::Hash64(into) != j.chunk->hash) {
+        return Corruption(KeyUri(j.chunk->key) + ": checksum mismatch" + tensors());
+      }
+      if (j.direct != nullptr) return Status::Ok();
+      for (size_t i : j.tensors) {
+        const TensorInfo& t = *wanted[i];
+        const uint64_t lo = std::max(t.offset, j.chunk->offset);
+        const uint64_t hi = std::min(t.offset + t.bytes, j.chunk->offset + j.chunk->bytes);
+        std::memcpy(dst[i].data() + (lo - t.offset), into.data() + (lo - j.chunk->offset), hi - lo);
+      }
+      return Status::Ok();
+    });
+  }
+
+  std::shared_ptr<Store> store_;
+  CheckpointerOptions opt_;
+  std::mutex save_mu_;  // one save at a time; guards the members below
+  std::unique_ptr<MappedMemory> staging_;
+  std::thread bg_;
+  std::shared_ptr<SaveHandle::State> background_;
+};
+
+}  // namespace
+
+std::unique_ptr<Checkpointer> NewCheckpointer(std::shared_ptr<Store> store,
+                                              const CheckpointerOptions& options) {
+  return std::make_unique<CheckpointerImpl>(std::move(store), options);
+}
+
+Result<std::unique_ptr<Checkpointer>> OpenCheckpointer(std::string_view uri,
+                                                       const CheckpointerOptions& options) {
+  STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, OpenStore(uri, options.store));
+  return NewCheckpointer(std::move(store), options);
+}
+
+}  // namespace stoker

@@ -1,0 +1,417 @@
+// Checkpoint manifest and part records: encoding and validation.
+// docs/checkpoint.md §2, §3.
+#include "ckpt/records.h"
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "core/file_util.h"
+#include "format/coding.h"
+#include "format/framed_json.h"
+#include "stoker/format.h"
+
+namespace stoker {
+
+namespace {
+
+struct DTypeEntry {
+  DType type;
+  std::string_view name;
+  size_t size;
+};
+
+// docs/checkpoint.md §3.3.
+constexpr std::array<DTypeEntry, 17> kDTypes{{
+    {DType::kBool, "bool", 1},
+    {DType::kUInt8, "uint8", 1},
+    {DType::kInt8, "int8", 1},
+    {DType::kInt16, "int16", 2},
+    {DType::kUInt16, "uint16", 2},
+    {DType::kInt32, "int32", 4},
+    {DType::kUInt32, "uint32", 4},
+    {DType::kInt64, "int64", 8},
+    {DType::kUInt64, "uint64", 8},
+    {DType::kFloat16, "float16", 2},
+    {DType::kBFloat16, "bfloat16", 2},
+    {DType::kFloat32, "float32", 4},
+    {DType::kFloat64, "float64", 8},
+    {DType::kComplex64, "complex64", 8},
+    {DType::kComplex128, "complex128", 16},
+    {DType::kFloat8E4M3FN, "float8_e4m3fn", 1},
+    {DType::kFloat8E5M2, "float8_e5m2", 1},
+}};
+
+}  // namespace
+
+std::string_view DTypeName(DType t) {
+  for (const DTypeEntry& e : kDTypes) {
+    if (e.type == t) return e.name;
+  }
+  return "unknown";
+}
+
+size_t DTypeSize(DType t) {
+  for (const DTypeEntry& e : kDTypes) {
+    if (e.type == t) return e.size;
+  }
+  return 0;
+}
+
+Result<DType> ParseDType(std::string_view name) {
+  for (const DTypeEntry& e : kDTypes) {
+    if (e.name == name) return e.type;
+  }
+  return InvalidArgument("unknown dtype '" + std::string(name) + "'");
+}
+
+Status ValidateCheckpointName(std::string_view name) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("checkpoint name '" + std::string(name) + "': " + why +
+                           " (names match [A-Za-z0-9][A-Za-z0-9._-]{0,127})");
+  };
+  if (name.empty()) return bad("empty");
+  if (name.size() > 128) return bad("longer than 128 bytes");
+  auto alnum = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+  };
+  if (!alnum(name[0])) return bad("must start with a letter or digit");
+  for (char c : name) {
+    if (!alnum(c) && c != '.' && c != '_' && c != '-') {
+      return bad(c == '/' ? "contains '/'" : "contains a character outside [A-Za-z0-9._-]");
+    }
+  }
+  if (name == ckpt::kLatestKey) return bad("'latest' is the pointer's own name");
+  return Status::Ok();
+}
+
+uint64_t CheckpointManifest::bytes() const {
+  uint64_t n = 0;
+  for (const RankPart& r : ranks) n += r.bytes();
+  return n;
+}
+
+size_t CheckpointManifest::tensor_count() const {
+  size_t n = 0;
+  for (const RankPart& r : ranks) n += r.tensors.size();
+  return n;
+}
+
+namespace ckpt {
+
+using format::internal::Checker;
+using format::internal::DecodeFramed;
+using format::internal::EncodeFramed;
+using format::internal::FramedFormat;
+using format::internal::Hex16;
+using format::internal::Indexed;
+using format::internal::ParseHex16;
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr FramedFormat kManifestFrame{.magic = "STOKER-CHECKPOINT ",
+                                      .what = "stoker checkpoint manifest",
+                                      .version_name = "checkpoint format",
+                                      .max_version = kCheckpointFormatVersion,
+                                      .max_depth = kMaxCheckpointJsonDepth};
+constexpr FramedFormat kPartFrame{.magic = "STOKER-CKPT-PART ",
+                                  .what = "stoker checkpoint part record",
+                                  .version_name = "checkpoint format",
+                                  .max_version = kCheckpointFormatVersion,
+                                  .max_depth = kMaxCheckpointJsonDepth};
+
+// Shape entries above this are refused, so products are checked cheaply.
+constexpr uint64_t kMaxDim = 1ull << 62;
+
+std::string Padded(uint64_t v, int width) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*llu", width, static_cast<unsigned long long>(v));
+  return buf;
+}
+
+ojson RankBody(const RankPart& r) {
+  ojson j;
+  j["rank"] = r.rank;
+  auto& tensors = j["tensors"] = ojson::array();
+  for (const TensorInfo& t : r.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"dtype", DTypeName(t.dtype)},
+                       {"shape", t.shape},
+                       {"offset", t.offset},
+                       {"bytes", t.bytes}});
+  }
+  auto& chunks = j["chunks"] = ojson::array();
+  for (const ChunkInfo& c : r.chunks) {
+    chunks.push_back({{"key", c.key}, {"bytes", c.bytes}, {"hash", Hex16(c.hash)}});
+  }
+  return j;
+}
+
+std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+// Empty when `key` may be a chunk of checkpoint `name` (§3.2), else why not.
+std::string ChunkKeyProblem(std::string_view key, std::string_view name) {
+  const std::string prefix = std::string(name) + "/";
+  if (!key.starts_with(prefix)) return "not under '" + prefix + "'";
+  if (key.size() > 1024) return "longer than 1024 bytes";
+  for (std::string_view part : internal::SplitPath(key)) {
+    if (part.empty()) return "empty path component";
+    if (part.front() == '.') return "path component '" + std::string(part) + "' starts with '.'";
+  }
+  for (char c : key) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "control character";
+  }
+  if (key == ManifestKey(name)) return "names the manifest";
+  return {};
+}
+
+// §3.1's rank fields of `obj` (at JSON path `path`) into `r`; §3.2's checks.
+Status DecodeRank(const json& obj, const std::string& path, std::string_view name, const Checker& c,
+                  RankPart* r) {
+  const std::string p = path.empty() ? "" : path + ".";
+  if (!obj.is_object()) return c.TypeError(path.empty() ? "body" : path, "an object", obj);
+  uint64_t u;
+  STOKER_RETURN_IF_ERROR(c.GetUnsigned(obj, "rank", p + "rank", UINT32_MAX, &u));
+  r->rank = static_cast<uint32_t>(u);
+
+  const json* chunks;
+  STOKER_RETURN_IF_ERROR(c.GetArray(obj, "chunks", p + "chunks", &chunks));
+  uint64_t stream = 0;
+  std::unordered_set<std::string> keys;
+  for (size_t j = 0; j < chunks->size(); ++j) {
+    const std::string cp = p + Indexed("chunks", j);
+    const json& cj = (*chunks)[j];
+    if (!cj.is_object()) return c.TypeError(cp, "an object", cj);
+    ChunkInfo ci;
+    const std::string* s;
+    STOKER_RETURN_IF_ERROR(c.GetString(cj, "key", cp + ".key", &s));
+    if (std::string why = ChunkKeyProblem(*s, name); !why.empty()) {
+      return c.Error(cp + ".key", "'" + *s + "': " + why);
+    }
+    if (!keys.insert(*s).second) return c.Error(cp + ".key", "'" + *s + "' listed twice");
+    ci.key = *s;
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(cj, "bytes", cp + ".bytes", kMaxChunkBytes, &ci.bytes));
+    if (ci.bytes == 0) return c.Error(cp + ".bytes", "0 (a chunk holds at least one byte)");
+    STOKER_RETURN_IF_ERROR(c.GetString(cj, "hash", cp + ".hash", &s));
+    if (!ParseHex16(*s, &ci.hash)) {
+      return c.Error(cp + ".hash", "'" + *s + "' is not 16 lowercase hex digits");
+    }
+    ci.offset = stream;
+    stream += ci.bytes;
+    r->chunks.push_back(std::move(ci));
+  }
+
+  const json* tensors;
+  STOKER_RETURN_IF_ERROR(c.GetArray(obj, "tensors", p + "tensors", &tensors));
+  std::unordered_set<std::string> names;
+  uint64_t next = 0;
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    const std::string tp = p + Indexed("tensors", i);
+    const json& tj = (*tensors)[i];
+    if (!tj.is_object()) return c.TypeError(tp, "an object", tj);
+    TensorInfo t;
+    t.rank = r->rank;
+    const std::string* s;
+    STOKER_RETURN_IF_ERROR(c.GetString(tj, "name", tp + ".name", &s));
+    if (std::string why = TensorNameProblem(*s); !why.empty()) {
+      return c.Error(tp + ".name", why);
+    }
+    if (!names.insert(*s).second) return c.Error(tp + ".name", "'" + *s + "' appears twice");
+    t.name = *s;
+    STOKER_RETURN_IF_ERROR(c.GetString(tj, "dtype", tp + ".dtype", &s));
+    auto dt = ParseDType(*s);
+    if (!dt.ok()) return c.Error(tp + ".dtype", dt.status().message());
+    t.dtype = *dt;
+    const json* shape;
+    STOKER_RETURN_IF_ERROR(c.GetArray(tj, "shape", tp + ".shape", &shape));
+    // Element count, refusing overflow: each dim <= 2^62 and the product
+    // stays below 2^63 / 16.
+    unsigned __int128 count = 1;
+    for (size_t d = 0; d < shape->size(); ++d) {
+      const json& dj = (*shape)[d];
+      if (!dj.is_number_unsigned() || dj.get<uint64_t>() > kMaxDim) {
+        return c.Error(tp + ".shape",
+                       "entry " + std::to_string(d) + " is not an unsigned integer <= 2^62");
+      }
+      count *= dj.get<uint64_t>();
+      if (count > (static_cast<unsigned __int128>(1) << 58)) {
+        return c.Error(tp + ".shape", "too many elements");
+      }
+      t.shape.push_back(static_cast<int64_t>(dj.get<uint64_t>()));
+    }
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(tj, "offset", tp + ".offset", UINT64_MAX, &t.offset));
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(tj, "bytes", tp + ".bytes", UINT64_MAX, &t.bytes));
+    const uint64_t want = static_cast<uint64_t>(count) * DTypeSize(t.dtype);
+    if (t.bytes != want) {
+      return c.Error(tp + ".bytes", std::to_string(t.bytes) + ", but shape and dtype make " +
+                                        std::to_string(want));
+    }
+    if (t.offset != next) {
+      return c.Error(tp + ".offset", std::to_string(t.offset) + ", expected " +
+                                         std::to_string(next) + " (tensors lie back to back)");
+    }
+    next += t.bytes;
+    if (next > stream) {
+      return c.Error(tp + ".bytes", "the tensor ends at byte " + std::to_string(next) +
+                                        " of the stream, past its chunks' " +
+                                        std::to_string(stream) + " bytes");
+    }
+    r->tensors.push_back(std::move(t));
+  }
+  if (next != stream) {
+    return c.Error(p + "chunks", "the chunks hold " + std::to_string(stream) +
+                                     " bytes, the tensors " + std::to_string(next));
+  }
+  return Status::Ok();
+}
+
+// The fields part records and manifests share.
+Status DecodeCommon(const json& root, uint32_t header_version, std::string_view name,
+                    const Checker& c, std::string* attempt, uint32_t* world_size) {
+  if (!root.is_object()) return c.TypeError("body", "an object", root);
+  uint64_t u;
+  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "format_version", "format_version", UINT32_MAX, &u));
+  if (u != header_version) {
+    return c.Error("format_version",
+                   std::to_string(u) + ", header says " + std::to_string(header_version));
+  }
+  const std::string* s;
+  STOKER_RETURN_IF_ERROR(c.GetString(root, "name", "name", &s));
+  if (*s != name)
+    return c.Error("name", "'" + *s + "', but it lies under '" + std::string(name) + "'");
+  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "world_size", "world_size", 65536, &u));
+  if (u == 0) return c.Error("world_size", "0");
+  *world_size = static_cast<uint32_t>(u);
+  STOKER_RETURN_IF_ERROR(c.GetString(root, "attempt", "attempt", &s));
+  *attempt = *s;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ManifestKey(std::string_view name) {
+  return std::string(name) + std::string(kManifestSuffix);
+}
+
+std::string PartKey(std::string_view name, uint32_t rank) {
+  return std::string(name) + "/rank-" + Padded(rank, 5) + ".part";
+}
+
+std::string ChunkKey(std::string_view name, uint32_t rank, uint64_t chunk) {
+  return std::string(name) + "/rank-" + Padded(rank, 5) + "/" + Padded(chunk, 6) + ".chunk";
+}
+
+std::string TensorNameProblem(std::string_view name) {
+  if (name.empty()) return "empty tensor name";
+  if (name.size() > kMaxTensorNameBytes) {
+    return "tensor name longer than " + std::to_string(kMaxTensorNameBytes) + " bytes";
+  }
+  for (char c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return "tensor name '" + std::string(name) + "' has a control character";
+    }
+  }
+  // Names are never object keys; still, refuse what reads as a path out of
+  // its place, so no tool that maps names to files can be led out.
+  if (name.front() == '/') return "tensor name '" + std::string(name) + "' starts with '/'";
+  for (std::string_view part : internal::SplitPath(name)) {
+    if (part == "..") return "tensor name '" + std::string(name) + "' has a '..' path component";
+  }
+  return {};
+}
+
+std::string EncodePart(const PartRecord& p) {
+  ojson j;
+  j["format_version"] = kCheckpointFormatVersion;
+  j["name"] = p.name;
+  j["world_size"] = p.world_size;
+  j["attempt"] = p.attempt;
+  ojson r = RankBody(p.part);
+  for (auto it = r.begin(); it != r.end(); ++it) j[it.key()] = it.value();
+  return EncodeFramed(kPartFrame, kCheckpointFormatVersion, Dump(j));
+}
+
+Result<PartRecord> DecodePart(std::span<const std::byte> data, std::string_view where,
+                              std::string_view name) {
+  uint32_t version;
+  json root;
+  STOKER_RETURN_IF_ERROR(DecodeFramed(data, where, kPartFrame, &version, &root));
+  Checker c(where);
+  PartRecord p;
+  p.name = std::string(name);
+  STOKER_RETURN_IF_ERROR(DecodeCommon(root, version, name, c, &p.attempt, &p.world_size));
+  STOKER_RETURN_IF_ERROR(DecodeRank(root, "", name, c, &p.part));
+  if (p.part.rank >= p.world_size) {
+    return c.Error("rank", std::to_string(p.part.rank) + " is not below world_size " +
+                               std::to_string(p.world_size));
+  }
+  return p;
+}
+
+std::string EncodeCheckpointManifest(const CheckpointManifest& m) {
+  ojson j;
+  j["format_version"] = kCheckpointFormatVersion;
+  j["name"] = m.name;
+  j["sequence"] = m.sequence;
+  j["created_by"] = m.created_by;
+  j["created_unix_ms"] = m.created_unix_ms;
+  j["world_size"] = m.world_size;
+  j["attempt"] = m.attempt;
+  j["metadata"] = ojson::parse(m.metadata_json, nullptr, /*allow_exceptions=*/false);
+  auto& ranks = j["ranks"] = ojson::array();
+  for (const RankPart& r : m.ranks) ranks.push_back(RankBody(r));
+  return EncodeFramed(kManifestFrame, kCheckpointFormatVersion, Dump(j));
+}
+
+Result<CheckpointManifest> DecodeCheckpointManifest(std::span<const std::byte> data,
+                                                    std::string_view where, std::string_view name) {
+  uint32_t version;
+  json root;
+  STOKER_RETURN_IF_ERROR(DecodeFramed(data, where, kManifestFrame, &version, &root));
+  Checker c(where);
+  CheckpointManifest m;
+  m.format_version = version;
+  m.name = std::string(name);
+  STOKER_RETURN_IF_ERROR(DecodeCommon(root, version, name, c, &m.attempt, &m.world_size));
+  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "sequence", "sequence", UINT64_MAX, &m.sequence));
+  const std::string* s;
+  STOKER_RETURN_IF_ERROR(c.GetString(root, "created_by", "created_by", &s));
+  m.created_by = *s;
+  const json* v;
+  STOKER_RETURN_IF_ERROR(c.Get(root, "created_unix_ms", "created_unix_ms", &v));
+  if (!v->is_number_integer()) return c.TypeError("created_unix_ms", "an integer", *v);
+  m.created_unix_ms = v->get<int64_t>();
+  STOKER_RETURN_IF_ERROR(c.Get(root, "metadata", "metadata", &v));
+  if (!v->is_object()) return c.TypeError("metadata", "an object", *v);
+  {
+    // Parsed again keeping key order (json sorts keys; callers may rely on
+    // the order they wrote, e.g. a state dict's).
+    std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
+    ojson o = ojson::parse(text.substr(text.find('\n') + 1), nullptr, /*allow_exceptions=*/false);
+    m.metadata_json = o.is_object() && o.contains("metadata")
+                          ? Dump(o["metadata"])
+                          : v->dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  const json* ranks;
+  STOKER_RETURN_IF_ERROR(c.GetArray(root, "ranks", "ranks", &ranks));
+  if (ranks->size() != m.world_size) {
+    return c.Error("ranks", std::to_string(ranks->size()) + " entries, world_size is " +
+                                std::to_string(m.world_size));
+  }
+  for (size_t i = 0; i < ranks->size(); ++i) {
+    RankPart r;
+    STOKER_RETURN_IF_ERROR(DecodeRank((*ranks)[i], Indexed("ranks", i), name, c, &r));
+    if (r.rank != i) {
+      return c.Error(Indexed("ranks", i) + ".rank",
+                     std::to_string(r.rank) + ", expected " + std::to_string(i));
+    }
+    m.ranks.push_back(std::move(r));
+  }
+  return m;
+}
+
+}  // namespace ckpt
+}  // namespace stoker
