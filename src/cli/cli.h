@@ -27,6 +27,7 @@ void RegisterInspect(CLI::App& app, Action* action);
 void RegisterVerify(CLI::App& app, Action* action);
 void RegisterBench(CLI::App& app, Action* action);
 void RegisterDemo(CLI::App& app, Action* action);
+void RegisterCkpt(CLI::App& app, Action* action);
 // `bench storage`, registered under the `bench` subcommand.
 void RegisterBenchStorage(CLI::App* bench, Action* action);
 

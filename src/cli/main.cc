@@ -27,7 +27,7 @@ std::string HumanBytes(double bytes) {
 
 int main(int argc, char** argv) {
   using namespace stoker::cli;
-  CLI::App app{"stoker: keeps GPUs fed (pack, inspect, verify, bench, demo)", "stoker"};
+  CLI::App app{"stoker: keeps GPUs fed (pack, inspect, verify, bench, ckpt, demo)", "stoker"};
   app.set_version_flag("--version", std::string("stoker ") + STOKER_VERSION);
   app.require_subcommand(1);
   Action action;
@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   RegisterVerify(app, &action);
   RegisterBench(app, &action);
   RegisterDemo(app, &action);
+  RegisterCkpt(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
