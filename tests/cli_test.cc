@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "stoker/checkpoint.h"
 #include "stoker/format.h"
 #include "testutil.h"
 
@@ -161,6 +162,76 @@ TEST(CliTest, DemoRunsSmallAndWritesJson) {
   auto refused = Stoker("demo --images 10 --dir " + (d.path() / "mine").string());
   EXPECT_NE(refused.code, 0);
   EXPECT_TRUE(fs::exists(d.path() / "mine" / "precious.txt"));
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// stoker ckpt ls|show|verify|rm over checkpoints saved through the API.
+TEST(CliTest, CkptLsShowVerifyRm) {
+  TempDir d;
+  const std::string root = (d.path() / "ckpt").string();
+  auto c = OpenCheckpointer(root);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<std::byte> w = RandomBytes(40000, 1), b = RandomBytes(64, 2);
+  std::vector<TensorRef> refs = {{"layer.weight", DType::kFloat32, {100, 100}, w},
+                                 {"layer.bias", DType::kBFloat16, {32}, b}};
+  SaveOptions o;
+  o.chunk_bytes = 8192;
+  o.metadata_json = R"({"step":7})";
+  ASSERT_TRUE((*c)->Save("step-7", refs, o).ok());
+  ASSERT_TRUE((*c)->Save("step-8", refs, o).ok());
+
+  auto ls = Stoker("ckpt ls " + root);
+  ASSERT_EQ(ls.code, 0) << ls.out;
+  EXPECT_NE(ls.out.find("step-8"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("committed, latest"), std::string::npos) << ls.out;
+  auto lsj = Stoker("ckpt ls --json " + root);
+  ASSERT_EQ(lsj.code, 0) << lsj.out;
+  auto j = nlohmann::json::parse(lsj.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[1]["name"], "step-8");
+  EXPECT_EQ(j[1]["latest"], true);
+  EXPECT_EQ(j[0]["bytes"], 40064);
+
+  auto show = Stoker("ckpt show --json " + root + " step-7");
+  ASSERT_EQ(show.code, 0) << show.out;
+  auto sj = nlohmann::json::parse(show.out);
+  EXPECT_EQ(sj["metadata"]["step"], 7);
+  EXPECT_EQ(sj["tensors"][1]["dtype"], "bfloat16");
+  EXPECT_EQ(sj["tensors"][0]["shape"], nlohmann::json::array({100, 100}));
+  auto human = Stoker("ckpt show " + root);
+  EXPECT_NE(human.out.find("checkpoint  step-8"), std::string::npos) << human.out;
+
+  auto ok = Stoker("ckpt verify " + root);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find(": OK"), std::string::npos) << ok.out;
+  // A flipped byte in a chunk of step-7: verify names chunk and tensor.
+  const fs::path chunk = d.path() / "ckpt/step-7/rank-00000/000002.chunk";
+  auto bytes = testing::ReadFile(chunk);
+  bytes[10] ^= std::byte{1};
+  testing::WriteFile(chunk, bytes);
+  auto bad = Stoker("ckpt verify " + root + " step-7");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("BAD  " + root + "/step-7/rank-00000/000002.chunk: checksum mismatch"),
+            std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find("layer.weight"), std::string::npos) << bad.out;
+
+  auto rm = Stoker("ckpt rm " + root + " step-8");
+  EXPECT_EQ(rm.code, 0) << rm.out;
+  auto after = Stoker("ckpt ls --json " + root);
+  auto aj = nlohmann::json::parse(after.out);
+  ASSERT_EQ(aj.size(), 1u);
+  EXPECT_EQ(aj[0]["latest"], true);
+  auto missing = Stoker("ckpt show " + root + " step-9");
+  EXPECT_EQ(missing.code, 10 + int(Code::kNotFound)) << missing.out;
+  EXPECT_NE(missing.out.find("no checkpoint step-9 at " + root), std::string::npos) << missing.out;
+  auto escape = Stoker("ckpt rm " + root + " ../x");
+  EXPECT_EQ(escape.code, 10 + int(Code::kInvalidArgument)) << escape.out;
 }
 
 }  // namespace

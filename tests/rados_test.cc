@@ -36,6 +36,7 @@
 #include <sstream>
 #include <thread>
 
+#include "stoker/checkpoint.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "stoker/storage_bench.h"
@@ -717,32 +718,52 @@ TEST_F(RadosTest, ObjectDeletedUnderARunningLoaderIsNotFound) {
   EXPECT_TRUE(Contains(check.error.message(), "no such object")) << check.error.message();
 }
 
-// A pool at its quota: pack fails with a clear NoSpace error at once (not a
-// write blocked until the pool has room), and no manifest is written.
-TEST_F(RadosTest, PackIntoAFullPoolFailsCleanly) {
-  const std::string pool = "stoker_quota_" + std::to_string(::getpid());
-  struct PoolGuard {
-    const Cluster& c;
-    std::string pool;
-    ~PoolGuard() { c.Ceph("osd pool rm " + pool + " " + pool + " --yes-i-really-really-mean-it"); }
-  } guard{cluster(), pool};
-  for (const std::string& cmd : {"osd pool create " + pool + " 8 8 replicated",
-                                 "osd pool application enable " + pool + " rados",
-                                 "osd pool set-quota " + pool + " max_bytes 65536"}) {
-    auto [rc, out] = cluster().Ceph(cmd);
+// A pool of its own for a test, removed after it.
+struct PoolGuard {
+  const Cluster& c;
+  std::string pool;
+  ~PoolGuard() { c.Ceph("osd pool rm " + pool + " " + pool + " --yes-i-really-really-mean-it"); }
+};
+
+// Creates `pool` with a quota of `quota_bytes`, lets `before` write to it
+// while it has room, then fills it past the quota and waits until the
+// monitor flags it full. Sets *skip when the quota is not enforced in 30 s.
+void FillPool(const std::string& pool, uint64_t quota_bytes, const std::function<void()>& before,
+              bool* skip) {
+  *skip = false;
+  for (const std::string& cmd :
+       {"osd pool create " + pool + " 8 8 replicated",
+        "osd pool application enable " + pool + " rados",
+        "osd pool set-quota " + pool + " max_bytes " + std::to_string(quota_bytes)}) {
+    auto [rc, out] = Cluster::Get().Ceph(cmd);
     ASSERT_EQ(rc, 0) << cmd << ": " << out;
   }
+  if (before) before();
   // Fill it past the quota; the monitor flags the pool full once the usage
   // is reported (a few seconds, through the mgr).
   auto admin = OpenStore("rados://" + pool + "?id=admin");
   ASSERT_TRUE(admin.ok()) << admin.status().ToString();
-  ASSERT_OK((*admin)->Put("filler", RandomBytes(256 << 10, 1)));
+  ASSERT_OK((*admin)->Put("filler", RandomBytes(quota_bytes * 4, 1)));
   const auto t0 = Clock::now();
-  while (!Contains(cluster().Ceph("osd pool ls detail").second, "full_quota")) {
-    if (SecondsSince(t0) > 30)
-      GTEST_SKIP() << "the pool quota was not enforced within 30 s (no mgr?)";
+  while (!Contains(Cluster::Get().Ceph("osd pool ls detail").second, "full_quota")) {
+    if (SecondsSince(t0) > 30) {
+      *skip = true;
+      return;
+    }
     std::this_thread::sleep_for(250ms);
   }
+}
+
+// A pool at its quota: pack fails with a clear NoSpace error at once (not a
+// write blocked until the pool has room), and no manifest is written.
+TEST_F(RadosTest, PackIntoAFullPoolFailsCleanly) {
+  const std::string pool = "stoker_quota_" + std::to_string(::getpid());
+  PoolGuard guard{cluster(), pool};
+  bool skip = false;
+  ASSERT_NO_FATAL_FAILURE(FillPool(pool, 65536, nullptr, &skip));
+  if (skip) GTEST_SKIP() << "the pool quota was not enforced within 30 s (no mgr?)";
+  auto admin = OpenStore("rados://" + pool + "?id=admin");
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
   TempDir src;
   for (int i = 0; i < 30; ++i) {
     testing::WriteFile(src.path() / "c" / ("f" + std::to_string(i)), RandomBytes(20000, i));
@@ -761,6 +782,43 @@ TEST_F(RadosTest, PackIntoAFullPoolFailsCleanly) {
       << "a failed pack left a manifest";
   // Removing still works in a full pool (it is how it gets room again).
   EXPECT_TRUE((*admin)->Remove("filler").ok());
+}
+
+// A checkpoint into a full pool: a clear NoSpace error at once, `latest`
+// and the checkpoint saved before the pool filled stay intact.
+TEST_F(RadosTest, CheckpointIntoAFullPoolFailsCleanly) {
+  const std::string pool = "stoker_ckquota_" + std::to_string(::getpid());
+  PoolGuard guard{cluster(), pool};
+  const std::string uri = "rados://" + pool + "/run?id=admin";
+  std::vector<std::byte> small = RandomBytes(100000, 3);
+  std::vector<TensorRef> refs = {{"w", DType::kUInt8, {100000}, small}};
+  bool skip = false;
+  ASSERT_NO_FATAL_FAILURE(FillPool(
+      pool, 1 << 20,
+      [&] {
+        auto c = OpenCheckpointer(uri);
+        ASSERT_TRUE(c.ok()) << c.status().ToString();
+        ASSERT_OK((*c)->Save("before", refs, {}));
+      },
+      &skip));
+  if (skip) GTEST_SKIP() << "the pool quota was not enforced within 30 s (no mgr?)";
+  auto c = OpenCheckpointer(uri);
+  ASSERT_TRUE(c.ok());
+  std::vector<std::byte> big = RandomBytes(4 << 20, 4);
+  std::vector<TensorRef> more = {{"w", DType::kUInt8, {4 << 20}, big}};
+  const auto t0 = Clock::now();
+  Status s = (*c)->Save("after", more, {});
+  EXPECT_LT(SecondsSince(t0), 10.0) << "a write to a full pool blocked";
+  EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+  EXPECT_TRUE(Contains(s.message(), "pool " + pool + " is full")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "save of checkpoint after")) << s.message();
+  auto latest = (*c)->Latest();
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(*latest, "before");
+  auto r = (*c)->Restore("", {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->tensors.size(), 1u);
+  EXPECT_EQ(0, std::memcmp(r->tensors[0].data.data(), small.data(), small.size()));
 }
 
 // ---------------------------------------------------------------------------
