@@ -10,6 +10,7 @@ core=(build-essential cmake pkg-config git
 full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
   ceph-mon ceph-osd ceph-common librados-dev
   pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch python3-torchvision
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist procps)
 
 pkgs=("${core[@]}")

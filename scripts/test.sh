@@ -12,7 +12,7 @@ root=$PWD
 scripts/install-deps.sh --all
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_BUILD_TESTS=ON \
-  -DSTOKER_WITH_RADOS=ON -DSTOKER_WITH_PYTHON=ON
+  -DSTOKER_WITH_RADOS=ON -DSTOKER_WITH_PYTHON=ON -DSTOKER_WITH_MPI=ON
 cmake --build build -j"$(nproc)"
 
 # One Ceph cluster for the suites that only use it; the fault-injection

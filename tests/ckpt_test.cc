@@ -29,6 +29,7 @@ namespace stoker {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::FlakyStore;
 using testing::MakeCkptContent;
 using testing::RandomBytes;
 using testing::TempDir;
@@ -515,19 +516,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, CkptStoreTest, ::testing::Values("Memory", "P
                          [](const auto& info) { return info.param; });
 
 // ---- retries and failed background writes -----------------------------------
-
-// Fails the first `fail_puts` Puts of chunk objects with `error`.
-class FlakyStore final : public StoreWrapper {
- public:
-  FlakyStore(std::shared_ptr<Store> target, int fail_puts, Status error)
-      : StoreWrapper(std::move(target)), left_(fail_puts), error_(std::move(error)) {}
-  Status Put(std::string_view key, std::span<const std::byte> data) override {
-    if (key.ends_with(".chunk") && left_.fetch_sub(1) > 0) return error_;
-    return StoreWrapper::Put(key, data);
-  }
-  std::atomic<int> left_;
-  Status error_;
-};
 
 TEST(CkptRetry, RetryableWriteErrorsAreRetried) {
   auto mem = NewMemoryStore("retry-" + std::to_string(::getpid()));

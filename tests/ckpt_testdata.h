@@ -3,11 +3,13 @@
 // chunks). Shared by ckpt_test and the ckpt_writer it kills.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "stoker/checkpoint.h"
+#include "stoker/store.h"
 #include "testutil.h"
 
 namespace stoker::testing {
@@ -63,5 +65,18 @@ inline CkptContent MakeCkptContent(uint64_t seed, size_t scale = 1) {
 inline uint64_t SeedOfName(const std::string& name) {
   return std::stoull(name.substr(name.find('-') + 1));
 }
+
+// Fails the first `fail_puts` Puts of chunk objects with `error`.
+class FlakyStore final : public StoreWrapper {
+ public:
+  FlakyStore(std::shared_ptr<Store> target, int fail_puts, Status error)
+      : StoreWrapper(std::move(target)), left_(fail_puts), error_(std::move(error)) {}
+  Status Put(std::string_view key, std::span<const std::byte> data) override {
+    if (key.ends_with(".chunk") && left_.fetch_sub(1) > 0) return error_;
+    return StoreWrapper::Put(key, data);
+  }
+  std::atomic<int> left_;
+  Status error_;
+};
 
 }  // namespace stoker::testing

@@ -108,6 +108,17 @@ struct SaveOptions {
   // Ranks other than 0: wait for the commit before the save counts as done.
   // Default: on, so that a finished save means a committed checkpoint.
   bool wait_for_commit = true;
+  // How the ranks learn that every part is durable (docs/checkpoint.md
+  // §1.1). kStore: rank 0 polls the part records in the store, the others
+  // the manifest. kMpi: each rank sends its outcome and part record to rank
+  // 0 over MPI, and rank 0 sends back the commit's outcome, so a failed rank
+  // is known at once instead of at the commit timeout. Messages go point to
+  // point on MPI_COMM_WORLD with stoker's own tags, never interleaving with
+  // the job's collectives; MPI's rank and size must equal rank and
+  // world_size, and an asynchronous save needs MPI_THREAD_MULTIPLE. kAuto:
+  // kMpi when this build has MPI and those hold, else kStore. Default: kAuto.
+  enum class Coordination { kAuto, kStore, kMpi };
+  Coordination coordination = Coordination::kAuto;
 };
 
 struct CheckpointerOptions {

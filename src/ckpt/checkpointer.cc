@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ckpt/coordinator.h"
 #include "ckpt/records.h"
 #include "stoker/checkpoint.h"
 #include "stoker/format.h"
@@ -245,19 +246,25 @@ class CheckpointerImpl final : public Checkpointer {
   Status Save(std::string_view name, std::span<const TensorRef> tensors,
               const SaveOptions& options) override {
     STOKER_RETURN_IF_ERROR(CheckSave(name, tensors, options));
+    STOKER_ASSIGN_OR_RETURN(const bool mpi, ChooseMpi(name, options, /*background=*/false));
     std::lock_guard<std::mutex> l(save_mu_);
     JoinBackground();
-    STOKER_RETURN_IF_ERROR(Prepare(name, options));
+    if (Status p = Prepare(name, options); !p.ok()) {
+      return mpi ? CoordinateOverMpi(std::string(name), p, {}, "", options) : p;
+    }
     return WriteAndCommit(std::string(name), Describe(tensors),
-                          PlanChunks(tensors, options.chunk_bytes), options);
+                          PlanChunks(tensors, options.chunk_bytes), options, mpi);
   }
 
   Result<SaveHandle> SaveAsync(std::string_view name, std::span<const TensorRef> tensors,
                                const SaveOptions& options) override {
     STOKER_RETURN_IF_ERROR(CheckSave(name, tensors, options));
+    STOKER_ASSIGN_OR_RETURN(const bool mpi, ChooseMpi(name, options, /*background=*/true));
     std::lock_guard<std::mutex> l(save_mu_);
     JoinBackground();
-    STOKER_RETURN_IF_ERROR(Prepare(name, options));
+    if (Status p = Prepare(name, options); !p.ok()) {
+      return mpi ? CoordinateOverMpi(std::string(name), p, {}, "", options) : p;
+    }
 
     // The snapshot: every tensor copied, back to back, into the staging area.
     uint64_t total = 0;
@@ -293,9 +300,9 @@ class CheckpointerImpl final : public Checkpointer {
     state->name = std::string(name);
     state->uri = uri();
     background_ = state;
-    bg_ = std::thread([this, state, staged = std::move(staged), options]() {
+    bg_ = std::thread([this, state, staged = std::move(staged), options, mpi]() {
       Status s = WriteAndCommit(state->name, Describe(staged),
-                                PlanChunks(staged, options.chunk_bytes), options);
+                                PlanChunks(staged, options.chunk_bytes), options, mpi);
       if (!s.ok()) {
         // Never silently dropped: said here, and kept in the handle.
         std::fprintf(stderr, "stoker: background save of checkpoint %s failed: %s\n",
@@ -583,7 +590,11 @@ class CheckpointerImpl final : public Checkpointer {
   }
 
   Status WriteAndCommit(const std::string& name, RankPart part, std::vector<ChunkPlan> plan,
-                        const SaveOptions& o) {
+                        const SaveOptions& o, bool mpi) {
+    // Over MPI a failure is sent to rank 0 too, so that nobody waits for it.
+    auto fail = [&](Status st) {
+      return mpi ? CoordinateOverMpi(name, std::move(st), {}, "", o) : st;
+    };
     part.rank = o.rank;
     part.chunks.resize(plan.size());
     // Chunks, in parallel; a shared chunk is gathered into a per-thread
@@ -611,20 +622,80 @@ class CheckpointerImpl final : public Checkpointer {
       ci.hash = format::Hash64(data);
       return PutWithRetries(ci.key, data);
     });
-    if (!s.ok()) return s.WithContext("save of " + Where(name));
+    if (!s.ok()) return fail(s.WithContext("save of " + Where(name)));
 
     PartRecord rec{name, o.world_size, o.attempt, std::move(part)};
     const std::string encoded = ckpt::EncodePart(rec);
     s = PutWithRetries(PartKey(name, o.rank), std::as_bytes(std::span(encoded)));
-    if (!s.ok()) return s.WithContext("save of " + Where(name) + ": part record");
+    if (!s.ok()) return fail(s.WithContext("save of " + Where(name) + ": part record"));
 
-    if (o.rank == 0) return Commit(name, std::move(rec), o);
+    if (mpi) return CoordinateOverMpi(name, Status::Ok(), std::move(rec), encoded, o);
+    if (o.rank == 0) {
+      STOKER_ASSIGN_OR_RETURN(std::vector<RankPart> parts, PartsFromStore(name, std::move(rec), o));
+      return Commit(name, std::move(parts), o);
+    }
     if (o.wait_for_commit) return WaitForCommit(name, o);
     return Status::Ok();
   }
 
-  // §1.1 steps 2-5, on rank 0.
-  Status Commit(const std::string& name, PartRecord mine, const SaveOptions& o) {
+  // Whether this save coordinates over MPI (SaveOptions::coordination).
+  Result<bool> ChooseMpi(std::string_view name, const SaveOptions& o, bool background) const {
+    if (o.coordination == SaveOptions::Coordination::kStore || o.world_size == 1) return false;
+    std::string why;
+    if (ckpt::MpiUsable(o.rank, o.world_size, background, &why)) return true;
+    if (o.coordination == SaveOptions::Coordination::kAuto) return false;
+    return InvalidArgument("save of " + Where(name) + ": coordination over MPI asked for, but " +
+                           why);
+  }
+
+  // §1.1 steps 2-6 over MPI: every rank sends rank 0 its outcome and part
+  // record (a failure included, so rank 0 learns of it at once); rank 0
+  // commits and sends every rank the outcome.
+  Status CoordinateOverMpi(const std::string& name, Status mine, PartRecord rec,
+                           const std::string& encoded, const SaveOptions& o) {
+    const ckpt::MpiSaveId id{name, o.attempt};
+    const Deadline deadline = Clock::now() + o.commit_timeout;
+    if (o.rank != 0) {
+      Status sent = ckpt::MpiSendPart(id, mine, encoded);
+      if (!mine.ok()) return mine;
+      if (!sent.ok()) return sent.WithContext("save of " + Where(name));
+      if (!o.wait_for_commit) return Status::Ok();
+      Status outcome = ckpt::MpiReceiveOutcome(id, deadline);
+      if (outcome.ok()) return outcome;
+      return outcome.WithContext("save of " + Where(name) + ": not committed by rank 0");
+    }
+    std::vector<std::string> raw;
+    Status gathered = ckpt::MpiGatherParts(id, o.world_size, deadline, &raw);
+    Status outcome = !mine.ok()      ? mine
+                     : gathered.ok() ? Status::Ok()
+                                     : gathered.WithContext("commit of " + Where(name));
+    std::vector<RankPart> parts;
+    if (outcome.ok()) {
+      parts.push_back(std::move(rec.part));
+      for (uint32_t r = 1; r < o.world_size && outcome.ok(); ++r) {
+        auto part =
+            ckpt::DecodePart(std::as_bytes(std::span(raw[r])),
+                             "the part record rank " + std::to_string(r) + " sent over MPI", name);
+        if (!part.ok()) {
+          outcome = part.status();
+        } else if (part->part.rank != r || part->world_size != o.world_size) {
+          outcome = Corruption("commit of " + Where(name) + ": rank " + std::to_string(r) +
+                               " sent the part of rank " + std::to_string(part->part.rank) +
+                               " of " + std::to_string(part->world_size));
+        } else {
+          parts.push_back(std::move(part->part));
+        }
+      }
+    }
+    if (outcome.ok()) outcome = Commit(name, std::move(parts), o);
+    Status sent = ckpt::MpiSendOutcome(id, o.world_size, outcome);
+    if (outcome.ok() && !sent.ok()) return sent.WithContext(Where(name) + " is committed, but");
+    return outcome;
+  }
+
+  // §1.1 step 2 through the store, on rank 0: every rank's part record.
+  Result<std::vector<RankPart>> PartsFromStore(const std::string& name, PartRecord mine,
+                                               const SaveOptions& o) {
     std::vector<std::optional<RankPart>> parts(o.world_size);
     parts[0] = std::move(mine.part);
     size_t have = 1;
@@ -667,7 +738,13 @@ class CheckpointerImpl final : public Checkpointer {
       }
       std::this_thread::sleep_for(opt_.poll_interval);
     }
+    std::vector<RankPart> out;
+    for (auto& p : parts) out.push_back(std::move(*p));
+    return out;
+  }
 
+  // §1.1 steps 3-5, on rank 0, once every part is durable.
+  Status Commit(const std::string& name, std::vector<RankPart> parts, const SaveOptions& o) {
     CheckpointManifest m;
     m.format_version = ckpt::kCheckpointFormatVersion;
     m.name = name;
@@ -676,7 +753,7 @@ class CheckpointerImpl final : public Checkpointer {
     m.world_size = o.world_size;
     m.attempt = o.attempt;
     m.metadata_json = o.metadata_json;
-    for (auto& p : parts) m.ranks.push_back(std::move(*p));
+    m.ranks = std::move(parts);
     STOKER_ASSIGN_OR_RETURN(std::vector<CheckpointListing> committed, Committed());
     for (const CheckpointListing& l : committed) m.sequence = std::max(m.sequence, l.sequence);
     ++m.sequence;
