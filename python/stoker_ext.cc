@@ -39,6 +39,7 @@
 #undef VerifyReport
 #include "stoker/dataset.h"
 #include "stoker/format.h"
+#include "stoker/gpu.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "stoker/status.h"
@@ -180,6 +181,168 @@ py::dict BatchDict(const Batch& batch, const Output& out) {
   return d;
 }
 
+// ---- batches on the GPU (DLPack) ----------------------------------------------
+//
+// With device delivery every array of a batch is a _DeviceArray over the
+// batch's device copy, exported through DLPack's __dlpack__(stream=...): the
+// consumer's stream waits for the loader's copy (an event, on the device) and
+// is remembered, so the device buffer is not reused before the work queued
+// on it has run (gpu.h). The DLPack structs (dlpack.h v1.0, a stable C ABI)
+// are declared here so the binding needs no extra header.
+
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+struct DLPackVersion {
+  uint32_t major;
+  uint32_t minor;
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned*);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+constexpr int32_t kDLCUDA = 2;
+constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLBool = 6;
+
+// One array of a batch in device memory; holds the batch's device copy.
+struct DeviceArray {
+  std::shared_ptr<DeviceBatch> batch;
+  const void* data = nullptr;
+  std::vector<int64_t> shape;
+  DLDataType dtype{kDLUInt, 8, 1};
+
+  py::tuple DlpackDevice() const { return py::make_tuple(kDLCUDA, batch->device()); }
+
+  // The DLPack protocol (array API standard): `stream` is the consumer's
+  // stream (None: the legacy default stream; -1: no synchronisation).
+  py::object Dlpack(py::object stream, py::object max_version, py::object dl_device,
+                    py::object copy) {
+    if (!copy.is_none() && copy.cast<bool>()) {
+      throw py::buffer_error("stoker device arrays are exported without a copy");
+    }
+    if (!dl_device.is_none() && !dl_device.equal(DlpackDevice())) {
+      throw py::buffer_error("a stoker batch on cuda:" + std::to_string(batch->device()) +
+                             " cannot be exported to another device");
+    }
+    int64_t s = stream.is_none() ? int64_t(kLegacyDefaultStream) : stream.cast<int64_t>();
+    if (s == 0) throw py::value_error("stream 0 is ambiguous for CUDA (DLPack): pass 1 or 2");
+    if (s != -1) {
+      Status st;
+      {
+        py::gil_scoped_release release;
+        st = batch->WaitOn(static_cast<CudaStreamHandle>(s));
+      }
+      Check(st);
+    }
+    auto* ctx = new Ctx{batch, shape};
+    DLTensor t{const_cast<void*>(data),
+               {kDLCUDA, batch->device()},
+               int32_t(shape.size()),
+               dtype,
+               ctx->shape.data(),
+               nullptr,
+               0};
+    const bool versioned =
+        !max_version.is_none() && max_version.cast<std::pair<int, int>>().first >= 1;
+    if (versioned) {
+      auto* m = new DLManagedTensorVersioned{{1, 0}, ctx, nullptr, 0, t};
+      m->deleter = [](DLManagedTensorVersioned* x) {
+        delete static_cast<Ctx*>(x->manager_ctx);
+        delete x;
+      };
+      return Capsule(m, "dltensor_versioned");
+    }
+    auto* m = new DLManagedTensor{t, ctx, nullptr};
+    m->deleter = [](DLManagedTensor* x) {
+      delete static_cast<Ctx*>(x->manager_ctx);
+      delete x;
+    };
+    return Capsule(m, "dltensor");
+  }
+
+ private:
+  // What a DLPack consumer holds: the device copy and the shape array. Its
+  // deleter may run on any thread, without the GIL: no Python objects here.
+  struct Ctx {
+    std::shared_ptr<DeviceBatch> batch;
+    std::vector<int64_t> shape;
+  };
+
+  // A capsule nobody consumed (still named `name`) frees the tensor itself.
+  template <typename M>
+  static py::object Capsule(M* m, const char* name) {
+    PyCapsule_Destructor destroy = [](PyObject* cap) {
+      for (const char* n : {"dltensor", "dltensor_versioned"}) {
+        if (PyCapsule_IsValid(cap, n)) {
+          auto* x = static_cast<M*>(PyCapsule_GetPointer(cap, n));
+          x->deleter(x);
+        }
+      }
+    };
+    PyObject* cap = PyCapsule_New(m, name, destroy);
+    if (cap == nullptr) {
+      m->deleter(m);
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(cap);
+  }
+};
+
+template <typename T>
+py::object DeviceOut(const Output& out, const Batch& b, const T* host, std::vector<int64_t> shape,
+                     DLDataType dtype) {
+  DeviceArray a{b.device(), b.device_pointer(host), std::move(shape), dtype};
+  py::object o = py::cast(std::move(a));
+  return out.array.is_none() ? o : out.array(o);
+}
+
+// BatchDict's layout, every array on the device.
+py::dict DeviceBatchDict(const Batch& b, const Output& out) {
+  const int64_t n = int64_t(b.size());
+  const DLDataType u64{out.signed_ids ? kDLInt : kDLUInt, 64, 1};
+  py::dict d;
+  d["sample_ids"] = DeviceOut(out, b, b.sample_ids().data(), {n}, u64);
+  d["padding"] = DeviceOut(out, b, b.padding().data(), {n}, {kDLBool, 8, 1});
+  for (const auto& c : b.int64_columns()) {
+    d[py::str(c.name)] = DeviceOut(out, b, c.values.data(), {n}, {kDLInt, 64, 1});
+  }
+  for (const auto& c : b.image_columns()) {
+    d[py::str(c.name)] =
+        DeviceOut(out, b, c.data.data(),
+                  {n, int64_t(c.height), int64_t(c.width), int64_t(c.channels)}, {kDLUInt, 8, 1});
+  }
+  for (const auto& c : b.bytes_columns()) {
+    py::object offsets = DeviceOut(out, b, c.offsets.data(), {n + 1}, u64);
+    py::object data = DeviceOut(out, b, c.data.data(), {int64_t(c.data.size())}, {kDLUInt, 8, 1});
+    d[py::str(c.name)] = out.bytes_column.is_none() ? py::object(py::make_tuple(offsets, data))
+                                                    : out.bytes_column(offsets, data);
+  }
+  return d;
+}
+
 // ---- the dataset as a dict ---------------------------------------------------
 
 py::dict ManifestDict(std::string_view uri, const format::Manifest& m) {
@@ -243,7 +406,7 @@ class LoaderHandle {
     }
     const auto buffer = r->buffer();
     last_buffer_ = {reinterpret_cast<uintptr_t>(buffer.data()), buffer.size()};
-    return BatchDict(*r, output_);
+    return r->device() ? DeviceBatchDict(*r, output_) : BatchDict(*r, output_);
   }
 
   void SetOutput(py::object array, py::object bytes_column, bool signed_ids) {
@@ -273,6 +436,11 @@ class LoaderHandle {
     d["read_retries"] = s.read_retries;
     d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
     d["peak_buffer_bytes"] = s.peak_buffer_bytes;
+    d["h2d_bytes"] = s.h2d_bytes;
+    d["h2d_seconds"] = std::chrono::duration<double>(s.h2d_time).count();
+    d["device_bytes"] = s.device_bytes;
+    d["peak_device_bytes"] = s.peak_device_bytes;
+    d["pinned_bytes"] = s.pinned_bytes;
     return d;
   }
 
@@ -320,7 +488,7 @@ std::unique_ptr<LoaderHandle> MakeLoader(
     bool direct_io, std::vector<std::string> fields, std::string decode_field,
     uint32_t decode_height, uint32_t decode_width, uint32_t read_retries, double read_timeout_s,
     uint64_t start_epoch, uint64_t start_position, std::string posix_engine, uint32_t io_threads,
-    double op_timeout_s) {
+    double op_timeout_s, std::string device, uint64_t device_memory_budget) {
   LoaderOptions o;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
@@ -342,6 +510,8 @@ std::unique_ptr<LoaderHandle> MakeLoader(
   o.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_timeout_s * 1000));
   o.start = {start_epoch, start_position};
   o.store = MakeStoreOptions(posix_engine, io_threads, op_timeout_s);
+  o.device = std::move(device);
+  o.device_memory_budget = device_memory_budget;
   return std::make_unique<LoaderHandle>(uri, o);
 }
 
@@ -708,6 +878,23 @@ PYBIND11_MODULE(_stoker, m) {
       },
       "Raises the exception for a status (for tests of the mapping).");
 
+  py::class_<DeviceArray>(m, "_DeviceArray")
+      .def("__dlpack__", &DeviceArray::Dlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__", &DeviceArray::DlpackDevice)
+      .def_property_readonly("shape",
+                             [](const DeviceArray& a) { return py::tuple(py::cast(a.shape)); })
+      .def_property_readonly("device", [](const DeviceArray& a) { return a.batch->device(); })
+      .def("__len__", [](const DeviceArray& a) { return a.shape.empty() ? 0 : a.shape[0]; })
+      .def("__repr__", [](const DeviceArray& a) {
+        std::string shape;
+        for (int64_t x : a.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(x);
+        return "<stoker device array (" + shape + ") on cuda:" + std::to_string(a.batch->device()) +
+               ">";
+      });
+  m.def("_built_with_cuda", &stoker::BuiltWithCuda);
+
   py::class_<LoaderHandle>(m, "_Loader")
       .def(py::init(&MakeLoader), py::arg("uri"), py::arg("batch_size"), py::arg("shuffle"),
            py::arg("seed"), py::arg("shuffle_window_shards"), py::arg("rank"),
@@ -716,7 +903,8 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("direct_io"), py::arg("fields"), py::arg("decode_field"),
            py::arg("decode_height"), py::arg("decode_width"), py::arg("read_retries"),
            py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
-           py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"))
+           py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"),
+           py::arg("device") = "", py::arg("device_memory_budget") = 0)
       .def("next", &LoaderHandle::Next)
       .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
            py::arg("signed_ids"))

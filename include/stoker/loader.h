@@ -15,6 +15,12 @@
 // returned by Next() for the first batch it affects, with a message naming the
 // shard and sample; the loader then stays failed until StartEpoch.
 //
+// With LoaderOptions::device = "cuda:N" the batches are also delivered in
+// GPU memory (see gpu.h): batch buffers are pinned, and one more thread per
+// epoch copies each built batch, in plan order, with cudaMemcpyAsync on the
+// loader's own stream while the next batches are read and collated;
+// Batch::device() is the copy, with an event the consumer's stream waits on.
+//
 // Thread safety: a Loader is used by one thread at a time (external
 // synchronisation otherwise); its workers are internal. Batches are values
 // that may move to any thread; their memory lives until the last Batch copy
@@ -90,6 +96,17 @@ struct LoaderOptions {
   // Where Open starts: epoch 0 from its beginning, or a saved state to
   // resume from (nothing before it is read). Default: {0, 0}.
   LoaderState start;
+  // Where batches are delivered: "" (or "cpu") host memory only; "cuda:N"
+  // also GPU N's memory (Batch::device()). Open fails with a message naming
+  // the device and the CUDA call when there is no such GPU, and Unsupported
+  // in a build without CUDA. Default: "" (host).
+  std::string device;
+  // Device memory for batches on the GPU: the loader's copies in flight and
+  // ready, plus the batches the consumer still holds. When the consumer holds
+  // all of it, the next copy waits for a release (Next() fails with NoSpace
+  // once it is clear that none will come). Default: 0 = room for
+  // prefetch_batches + 4 batches of the largest possible size.
+  uint64_t device_memory_budget = 0;
   StoreOptions store;
 };
 
@@ -103,9 +120,20 @@ struct LoaderStats {
   std::chrono::nanoseconds wait_time{0};
   // Peak bytes held in shard and batch buffers.
   uint64_t peak_buffer_bytes = 0;
+  // Device delivery: bytes copied to the GPU, and the time those copies kept
+  // the copy engine busy (the copies overlap reads and collation; H2D that is
+  // not hidden shows up in wait_time).
+  uint64_t h2d_bytes = 0;
+  std::chrono::nanoseconds h2d_time{0};
+  // Device delivery: device memory the batch pool holds now, the most it
+  // held, and host batch memory pinned now.
+  uint64_t device_bytes = 0;
+  uint64_t peak_device_bytes = 0;
+  uint64_t pinned_bytes = 0;
 };
 
 class BatchMemory;  // the pooled buffer behind a Batch (implementation)
+class DeviceBatch;  // a batch's copy in GPU memory (stoker/gpu.h)
 
 // One batch of samples, laid out for zero-copy hand-off: every array is a
 // contiguous, 64-byte aligned region of one buffer.
@@ -150,10 +178,22 @@ class Batch {
   // which keep `memory()` alive as long as they refer to it).
   std::shared_ptr<const BatchMemory> memory() const { return memory_; }
   std::span<const std::byte> buffer() const;
+  // Device delivery (LoaderOptions::device): the batch's copy on the GPU,
+  // the same bytes at the same offsets as buffer(); null for host delivery.
+  // Call device()->WaitOn(stream) before using it on a stream (gpu.h).
+  const std::shared_ptr<DeviceBatch>& device() const { return device_; }
+  // Where `host`, a pointer into buffer() (a column's data()), lives in the
+  // device copy; null for host delivery.
+  template <typename T>
+  const T* device_pointer(const T* host) const {
+    return static_cast<const T*>(DeviceAddress(host));
+  }
 
  private:
+  const void* DeviceAddress(const void* host) const;
   friend class BatchBuilder;
   std::shared_ptr<BatchMemory> memory_;
+  std::shared_ptr<DeviceBatch> device_;
   uint64_t epoch_ = 0, index_ = 0;
   std::span<const uint64_t> sample_ids_;
   std::span<const uint8_t> padding_;

@@ -16,6 +16,15 @@ With format="torch" the same views are torch tensors (torch.from_numpy, so
 still no copy); uint64 arrays become int64 tensors, since torch has no
 uint64.
 
+With device="cuda:N" the batch is also copied to GPU N by the C++ loader
+(pinned buffers, its own CUDA stream, the copy overlapping the next batches'
+reads) and every value is on the GPU: with format="torch" a CUDA tensor made
+by torch.from_dlpack, so the current torch stream waits for the copy (on the
+device; the host does not block) and the device buffer is not reused before
+the work queued on that stream when the tensor dies has run; with
+format="dlpack" objects with __dlpack__/__dlpack_device__ for any framework's
+from_dlpack (cupy, jax), which do the same with their own stream.
+
 Epochs follow torch's DataLoader + DistributedSampler:
 
 - ``iter(loader)`` runs the *current* epoch, 0 until ``set_epoch(e)`` is
@@ -310,6 +319,10 @@ class Loader:
       read_retries, read_timeout: a shard read that fails with a retryable
         error is tried again this many times; one read's deadline (seconds).
       direct_io: read shards with O_DIRECT (local files).
+      device: None (host memory) or "cuda:N" (batches delivered on GPU N; needs
+        a CUDA build of stoker; format "torch" or "dlpack").
+      device_memory_budget: bytes of GPU memory for batches, held ones
+        included; 0 = room for prefetch + 4 batches.
       store: store options: {"posix_engine": "auto"|"io_uring"|"threads",
         "io_threads": N, "op_timeout": seconds}.
 
@@ -321,7 +334,8 @@ class Loader:
     def __init__(self, uri, batch_size, *, shuffle=True, seed=0, rank=None, world_size=None,
                  drop_last=False, decode=None, fields=None, format="numpy", threads=0,
                  reads_in_flight=8, memory_budget=512 << 20, prefetch=4, shuffle_window=8,
-                 read_retries=3, read_timeout=60.0, direct_io=False, store=None):
+                 read_retries=3, read_timeout=60.0, direct_io=False, store=None,
+                 device=None, device_memory_budget=0):
         self._impl = None  # so close() and __repr__ work if a check below raises
         if not isinstance(uri, (str, os.PathLike)):
             raise TypeError(f"uri must be a str or path, not {type(uri).__name__}")
@@ -352,8 +366,18 @@ class Loader:
             for f in fields:
                 if not isinstance(f, str):
                     raise TypeError(f"fields must be a list of field names, got {f!r}")
-        if format not in ("numpy", "torch"):
-            raise ValueError(f"format must be 'numpy' or 'torch', got {format!r}")
+        if format not in ("numpy", "torch", "dlpack"):
+            raise ValueError(f"format must be 'numpy', 'torch' or 'dlpack', got {format!r}")
+        if device is None:
+            device = ""
+        if not isinstance(device, str):
+            device = str(device)  # e.g. a torch.device
+        if device not in ("", "cpu") and format == "numpy":
+            raise ValueError(f"device={device!r} delivers GPU memory: use format='torch' or "
+                             "'dlpack'")
+        if device in ("", "cpu") and format == "dlpack":
+            raise ValueError("format='dlpack' is for device delivery (device='cuda:N')")
+        self.device = device or None
         self.format = format
         engine, io_threads, op_timeout = _store_options(store)
 
@@ -369,7 +393,8 @@ class Loader:
             decode_width=decode_width, read_retries=_int("read_retries", read_retries, 0),
             read_timeout_s=_seconds("read_timeout", read_timeout), start_epoch=0,
             start_position=0, posix_engine=engine, io_threads=io_threads,
-            op_timeout_s=op_timeout)
+            op_timeout_s=op_timeout, device=device,
+            device_memory_budget=_int("device_memory_budget", device_memory_budget, 0, _U64))
         self.uri = uri
         self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
         self._shuffle_window = shuffle_window
@@ -382,8 +407,8 @@ class Loader:
         if format == "torch":
             import torch  # only when asked for
 
-            self._impl.set_output(array=torch.from_numpy, bytes_column=BytesColumn,
-                                  signed_ids=True)
+            convert = torch.from_dlpack if self.device else torch.from_numpy
+            self._impl.set_output(array=convert, bytes_column=BytesColumn, signed_ids=True)
         else:
             self._impl.set_output(array=None, bytes_column=BytesColumn, signed_ids=False)
 
@@ -510,7 +535,8 @@ class Loader:
     def stats(self):
         """Counters: shards_read, bytes_read, samples_delivered, batches_delivered,
         read_retries, wait_seconds (time spent blocked waiting for a batch),
-        peak_buffer_bytes."""
+        peak_buffer_bytes; with a device also h2d_bytes, h2d_seconds (copy
+        engine busy time), device_bytes, peak_device_bytes, pinned_bytes."""
         return self._impl.stats()
 
     def close(self):

@@ -30,6 +30,9 @@ void RegisterDemo(CLI::App& app, Action* action);
 void RegisterCkpt(CLI::App& app, Action* action);
 // `bench storage`, registered under the `bench` subcommand.
 void RegisterBenchStorage(CLI::App* bench, Action* action);
+// `bench h2d` and `bench gpu-loader` (GPU delivery), under `bench`.
+void RegisterBenchH2d(CLI::App* bench, Action* action);
+void RegisterBenchGpuLoader(CLI::App* bench, Action* action);
 
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);

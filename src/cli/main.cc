@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   RegisterInspect(app, &action);
   RegisterVerify(app, &action);
   RegisterBench(app, &action);
+  RegisterBenchH2d(app.get_subcommand("bench"), &action);
+  RegisterBenchGpuLoader(app.get_subcommand("bench"), &action);
   RegisterDemo(app, &action);
   RegisterCkpt(app, &action);
   try {

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "stoker/gpu.h"
+
 namespace stoker {
 
 const Batch::BytesColumn* Batch::bytes(std::string_view name) const {
@@ -28,6 +30,12 @@ const Batch::ImageColumn* Batch::image(std::string_view name) const {
 std::span<const std::byte> Batch::buffer() const {
   if (!memory_) return {};
   return {memory_->data(), memory_->size()};
+}
+
+const void* Batch::DeviceAddress(const void* host) const {
+  if (!device_ || !memory_ || host == nullptr) return nullptr;
+  const auto offset = static_cast<const std::byte*>(host) - memory_->data();
+  return device_->data() + offset;
 }
 
 Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec>& columns,

@@ -40,6 +40,10 @@ class BatchBuilder {
   static Result<Batch> Build(BufferPool& pool, const std::vector<ColumnSpec>& columns,
                              const DecodeOptions& decode, const BatchSamples& samples,
                              uint64_t epoch, uint64_t index, LoaderState state_after);
+
+  // GPU delivery: the buffer a built batch lives in, and its device copy.
+  static const std::shared_ptr<BatchMemory>& Memory(const Batch& b) { return b.memory_; }
+  static void AttachDevice(Batch& b, std::shared_ptr<DeviceBatch> d) { b.device_ = std::move(d); }
 };
 
 }  // namespace stoker

@@ -26,7 +26,10 @@ BatchMemory::BatchMemory(size_t capacity, size_t alignment)
   if (capacity_ >= kHugePage) (void)::madvise(data_, capacity_, MADV_HUGEPAGE);  // a hint only
 }
 
-BatchMemory::~BatchMemory() { std::free(data_); }
+BatchMemory::~BatchMemory() {
+  pin_.reset();  // memory must be unpinned before it is freed
+  std::free(data_);
+}
 
 std::shared_ptr<BatchMemory> BufferPool::Get(size_t bytes) {
   std::unique_ptr<BatchMemory> block;

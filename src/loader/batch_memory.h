@@ -38,8 +38,13 @@ class BatchMemory {
   // Bytes of the block in use by its current holder.
   size_t size() const { return size_; }
   void set_size(size_t n) { size_ = n; }
+  // GPU delivery: a token that keeps the block pinned for DMA, released
+  // (unpinned) before the memory is freed. Used by one holder at a time.
+  void set_pin(std::shared_ptr<void> pin) { pin_ = std::move(pin); }
+  bool pinned() const { return pin_ != nullptr; }
 
  private:
+  std::shared_ptr<void> pin_;
   std::byte* data_ = nullptr;
   size_t capacity_ = 0;
   size_t size_ = 0;

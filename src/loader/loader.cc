@@ -11,16 +11,26 @@
 // which is what makes the reader/worker hand-off deadlock-free: the reader
 // loads shards in order of first use, and a shard's slot is freed as soon as
 // the last batch using it is built.
+//
+// Device delivery (options.device = "cuda:N") adds one copier thread per
+// epoch between the workers and Next(): it takes built batches in plan order
+// (so device memory is taken in the order it is given back, which keeps the
+// bounded device pool deadlock-free), pins each batch buffer the first time
+// it is used, and starts its copy on the stager's stream without waiting for
+// it. Next() hands out batches whose copy has been started.
 #include "stoker/loader.h"
 
 #include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "gpu/stager.h"
 #include "loader/batch_builder.h"
 #include "loader/batch_memory.h"
+#include "stoker/gpu.h"
 #include "stoker/plan.h"
 
 namespace stoker {
@@ -63,10 +73,19 @@ struct Epoch {
   uint64_t next_build = 0;    // next batch a worker may take
   uint64_t next_consume = 0;  // next batch Next() returns
   std::map<uint64_t, Result<Batch>> ready;
+  // Device delivery: batches whose copy to the GPU has been started. The
+  // copier and Next() wait on condition variables of their own, so that
+  // neither is woken by every worker's notify_all, nor wakes every worker.
+  uint64_t next_copy = 0;  // next batch the copier takes from `ready`
+  std::map<uint64_t, Result<Batch>> copied;
+  std::condition_variable copy_cv;    // a batch landed in `ready`, or stop
+  std::condition_variable copied_cv;  // a batch landed in `copied`
+
   Status failed;  // sticky: the first error delivered by Next()
 
   std::thread reader;
   std::vector<std::thread> workers;
+  std::thread copier;
 
   explicit Epoch(EpochPlan p) : plan(std::move(p)) {}
 };
@@ -90,8 +109,9 @@ uint64_t MaxLiveShards(const std::vector<ShardUse>& uses, uint64_t num_batches) 
 class LoaderImpl final : public Loader {
  public:
   LoaderImpl(std::shared_ptr<Store> store, Manifest manifest, LoaderOptions options,
-             std::vector<ColumnSpec> columns, std::vector<int> column_fields)
-      : store_(std::move(store)),
+             std::vector<ColumnSpec> columns, std::vector<int> column_fields, int device)
+      : device_(device),
+        store_(std::move(store)),
         manifest_(std::move(manifest)),
         options_(std::move(options)),
         columns_(std::move(columns)),
@@ -103,7 +123,10 @@ class LoaderImpl final : public Loader {
     // Shard slots are all the size of the largest shard, so any slot serves
     // any shard and the budget arithmetic is exact.
     shard_pool_ = std::make_shared<BufferPool>(kDirectIoAlignment, SIZE_MAX, /*slack=*/false);
-    batch_pool_ = std::make_shared<BufferPool>(kColumnAlignment, options_.prefetch_batches + 2,
+    // Pinned batch buffers own whole pages: two blocks sharing a page could
+    // not both be registered with CUDA.
+    batch_pool_ = std::make_shared<BufferPool>(device_ >= 0 ? kPinAlignment : kColumnAlignment,
+                                               options_.prefetch_batches + 2,
                                                /*slack=*/true);
   }
 
@@ -119,6 +142,18 @@ class LoaderImpl final : public Loader {
       slots_ = options_.memory_budget > reserve
                    ? (options_.memory_budget - reserve) / max_shard_bytes_
                    : 0;
+    }
+    if (device_ >= 0) {
+      gpu::StagerOptions so;
+      so.device = device_;
+      so.memory_budget = options_.device_memory_budget;
+      if (so.memory_budget == 0) {
+        // Batches of the largest possible size, with the pool's 1/8 slack and
+        // room for the layout's alignment.
+        so.memory_budget = std::max<uint64_t>(
+            64ull << 20, (options_.prefetch_batches + 4) * (batch_bytes + batch_bytes / 8 + 65536));
+      }
+      STOKER_ASSIGN_OR_RETURN(stager_, gpu::Stager::Open(so));
     }
     return StartEpoch(options_.start.epoch, options_.start.position);
   }
@@ -162,6 +197,7 @@ class LoaderImpl final : public Loader {
     for (uint32_t i = 0; i < threads; ++i) {
       ep->workers.emplace_back([this, ep] { WorkerLoop(*ep); });
     }
+    if (stager_) ep->copier = std::thread([this, ep] { CopierLoop(*ep); });
     return Status::Ok();
   }
 
@@ -174,9 +210,14 @@ class LoaderImpl final : public Loader {
       return OutOfRange("epoch " + std::to_string(e.plan.epoch()) + " is over");
     }
     const auto start = Clock::now();
-    e.cv.wait(lock, [&] { return e.ready.count(e.next_consume) > 0; });
+    auto& from = stager_ ? e.copied : e.ready;
+    if (stager_) {
+      STOKER_RETURN_IF_ERROR(WaitForCopy(e, lock));
+    } else {
+      e.cv.wait(lock, [&] { return e.ready.count(e.next_consume) > 0; });
+    }
     const auto waited = Clock::now() - start;
-    auto node = e.ready.extract(e.next_consume);
+    auto node = from.extract(e.next_consume);
     e.next_consume++;
     e.cv.notify_all();
     Result<Batch> r = std::move(node.mapped());
@@ -201,10 +242,97 @@ class LoaderImpl final : public Loader {
       s = stats_;
     }
     s.peak_buffer_bytes = shard_pool_->peak_bytes() + batch_pool_->peak_bytes();
+    if (stager_) {
+      const gpu::StagerStats g = stager_->stats();
+      s.h2d_bytes = g.bytes;
+      s.h2d_time = g.copy_time;
+      s.device_bytes = g.device_bytes;
+      s.peak_device_bytes = g.peak_device_bytes;
+      s.pinned_bytes = g.pinned_bytes;
+    }
     return s;
   }
 
  private:
+  // Pinned blocks are page-aligned and whole pages.
+  static constexpr size_t kPinAlignment = 4096;
+
+  // Next() with device delivery: waits for batch next_consume's copy to have
+  // started. The copier takes device memory in plan order, so if it waits for
+  // memory while working on the very batch Next() wants, only batches the
+  // consumer holds can free some: after a grace period (another thread of
+  // the consumer may be about to release one) that is an error, not a hang.
+  Status WaitForCopy(Epoch& e, std::unique_lock<std::mutex>& lock) {
+    constexpr auto kGrace = std::chrono::seconds(2);
+    bool stuck = false;
+    Clock::time_point stuck_since{};
+    while (e.copied.count(e.next_consume) == 0) {
+      e.copied_cv.wait_for(lock, std::chrono::milliseconds(50));
+      if (e.copied.count(e.next_consume) > 0) break;
+      if (e.next_copy != e.next_consume || !stager_->waiting_for_memory()) {
+        stuck = false;
+        continue;
+      }
+      const auto now = Clock::now();
+      if (!stuck) {
+        stuck = true;
+        stuck_since = now;
+      }
+      if (now - stuck_since >= kGrace) {
+        const gpu::StagerStats g = stager_->stats();
+        e.failed = NoSpace(
+            DeviceName(device_) + ": the device memory for batches (" +
+            std::to_string(g.device_bytes >> 20) +
+            " MiB, device_memory_budget) is all held by batches already delivered and still "
+            "alive; release batches sooner or raise device_memory_budget");
+        return e.failed;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // ---- copier (device delivery) ---------------------------------------------
+  void CopierLoop(Epoch& e) {
+    const uint64_t nb = e.plan.num_batches();
+    while (true) {
+      uint64_t b;
+      std::optional<Result<Batch>> r;
+      {
+        std::unique_lock lock(e.mu);
+        e.copy_cv.wait(
+            lock, [&] { return e.stop || e.next_copy >= nb || e.ready.count(e.next_copy) > 0; });
+        if (e.stop || e.next_copy >= nb) return;
+        b = e.next_copy;
+        auto node = e.ready.extract(b);
+        r.emplace(std::move(node.mapped()));
+      }
+      if (r->ok()) r.emplace(ToDevice(e, std::move(*r).value()));
+      std::lock_guard lock(e.mu);
+      e.copied.emplace(b, std::move(*r));
+      e.next_copy++;
+      e.copied_cv.notify_one();
+    }
+  }
+
+  Result<Batch> ToDevice(Epoch& e, Batch batch) {
+    const std::shared_ptr<BatchMemory>& mem = BatchBuilder::Memory(batch);
+    const std::string what =
+        "batch " + std::to_string(batch.index()) + " of epoch " + std::to_string(batch.epoch());
+    if (!mem->pinned()) {
+      auto pin = stager_->Pin(mem->data(), mem->capacity());
+      if (!pin.ok()) return pin.status().WithContext(what);
+      mem->set_pin(std::move(pin).value());
+    }
+    auto stopped = [&e] {
+      std::lock_guard lock(e.mu);
+      return e.stop;
+    };
+    auto copy = stager_->Copy({mem->data(), mem->size()}, mem, stopped);
+    if (!copy.ok()) return copy.status().WithContext(what);
+    BatchBuilder::AttachDevice(batch, std::move(copy).value());
+    return batch;
+  }
+
   uint64_t EstimatedBatchBytes() const {
     uint64_t per_sample = 16;
     const uint64_t avg_field = manifest_.max_sample_bytes;
@@ -262,10 +390,12 @@ class LoaderImpl final : public Loader {
       epoch_->stop = true;
     }
     epoch_->cv.notify_all();
+    epoch_->copy_cv.notify_all();
     if (epoch_->reader.joinable()) epoch_->reader.join();
     for (auto& w : epoch_->workers) {
       if (w.joinable()) w.join();
     }
+    if (epoch_->copier.joinable()) epoch_->copier.join();
     epoch_.reset();  // shard buffers go back to the pool; batches in `ready` are freed
   }
 
@@ -457,6 +587,7 @@ class LoaderImpl final : public Loader {
       }
       e.ready.emplace(b, std::move(batch));
       e.cv.notify_all();
+      e.copy_cv.notify_one();  // the copier, with device delivery
     }
   }
 
@@ -499,6 +630,7 @@ class LoaderImpl final : public Loader {
     return e.plan.start_position() / per_step;
   }
 
+  const int device_;  // -1: host delivery
   std::shared_ptr<Store> store_;
   const Manifest manifest_;
   const LoaderOptions options_;
@@ -509,6 +641,8 @@ class LoaderImpl final : public Loader {
   uint64_t slots_ = 0;
   std::shared_ptr<BufferPool> shard_pool_;
   std::shared_ptr<BufferPool> batch_pool_;
+  // Device delivery; outlives every epoch (StopEpoch runs first).
+  std::unique_ptr<gpu::Stager> stager_;
   std::unique_ptr<Epoch> epoch_;
   LoaderState last_state_;
   mutable std::mutex stats_mu_;
@@ -529,6 +663,7 @@ Status ValidateOptions(const LoaderOptions& o) {
     return InvalidArgument("decode size must be between 1x1 and 8192x8192");
   }
   if (o.read_timeout.count() <= 0) return InvalidArgument("read_timeout must be positive");
+  STOKER_RETURN_IF_ERROR(ParseDevice(o.device).status());
   return Status::Ok();
 }
 
@@ -586,8 +721,9 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
     return InvalidArgument("decode field '" + options.decode.field + "' is not among the fields " +
                            "delivered from " + store->uri());
   }
+  STOKER_ASSIGN_OR_RETURN(const int device, ParseDevice(options.device));
   auto impl = std::make_unique<LoaderImpl>(std::move(store), std::move(manifest), options,
-                                           std::move(columns), std::move(fields));
+                                           std::move(columns), std::move(fields), device);
   STOKER_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Loader>(std::move(impl));
 }

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# GPU delivery, checked and measured on a machine with a GPU, in one go.
+#
+#   scripts/gpu-check.sh prepare   on the build machine (Debian 12, CUDA at
+#                                  /usr/local/cuda, no GPU needed): builds
+#                                  build-gpu/ (Release, CUDA on, RADOS and
+#                                  Python off) and copies the binaries and
+#                                  the shared libraries they need that a
+#                                  stock CUDA image lacks into .gpu-carry/
+#                                  (git-ignored through .git/info/exclude).
+#   scripts/gpu-check.sh run       on the GPU machine, from the repository
+#                                  root, with .gpu-carry/ beside it: GPU
+#                                  tests, the same under compute-sanitizer
+#                                  (memcheck, racecheck, synccheck), `bench
+#                                  h2d`, and `bench gpu-loader` on raw shards
+#                                  hot in the page cache. Logs and JSON go to
+#                                  /tmp/gpu-check/, packed at the end into
+#                                  $OUT/gpu-check.tar.gz (the device tool
+#                                  brings back at most 8 files), with
+#                                  h2d.json and summary.txt beside it.
+#
+# With the device tool of this workplace, one call does the run:
+#   run(command="bash scripts/gpu-check.sh run", carry=[".gpu-carry"])
+#
+# Environment for `run`: STOKER_GPU_DATA_GIB (dataset size, default 8),
+# STOKER_GPU_SAMPLE_KIB (raw sample size, default 128), STOKER_GPU_STEPS
+# (which steps, default "tests,sanitizer,loader_test,h2d,python,loader").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+carry=.gpu-carry
+
+prepare() {
+  set -e
+  grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >>.git/info/exclude
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSTOKER_WITH_CUDA=ON \
+    -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_BUILD_TESTS=ON >/dev/null
+  cmake --build build-gpu -j"$(nproc)" --target stoker gpu_test loader_test
+  rm -rf "$carry"
+  mkdir -p "$carry/bin" "$carry/lib" "$carry/lib-static"
+  # The modules, for building the Python binding there against its python3.
+  cp build-gpu/libstoker_*.a "$carry/lib-static/"
+  rm -f "$carry/lib-static/libstoker_bench.a"
+  for b in build-gpu/stoker build-gpu/tests/gpu_test build-gpu/tests/loader_test; do
+    strip -o "$carry/bin/$(basename "$b")" "$b"
+  done
+  # Libraries outside glibc, libstdc++ and the driver: the GPU machine's
+  # image is another distribution and lacks these Debian packages.
+  ldd "$carry"/bin/* | awk '/=> \// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
+    while read -r lib; do cp -L "$lib" "$carry/lib/"; done
+  ls -la "$carry"/bin "$carry"/lib
+  du -sh "$carry"
+}
+
+# Builds python/stoker_ext.cc against this machine's python3 and pybind11,
+# linked to the carried static modules, and runs the GPU Python tests.
+python_binding() {
+  local py=/tmp/stoker-py suffix inc
+  if ! inc=$(python3 -m pybind11 --includes 2>/dev/null); then
+    echo "python: no pybind11 for $(command -v python3): skipped"
+    return 0
+  fi
+  suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  rm -rf "$py"
+  mkdir -p "$py/stoker"
+  cp python/stoker/*.py "$py/stoker/"
+  # shellcheck disable=SC2086
+  if ! timeout 300 c++ -O2 -std=c++20 -shared -fPIC $inc -Iinclude -Isrc \
+    -DSTOKER_VERSION='"gpu-check"' python/stoker_ext.cc \
+    -o "$py/stoker/_stoker$suffix" -Wl,--start-group "$carry"/lib-static/*.a -Wl,--end-group \
+    "$carry"/lib/*.so* /usr/local/cuda/lib64/libcudart_static.a -ldl -lrt -lpthread \
+    >"$out/python_build.log" 2>&1; then
+    tail -20 "$out/python_build.log"
+    return 1
+  fi
+  PYTHONPATH=$py STOKER_SOURCE_DIR=$PWD timeout 300 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_gpu.py tests/python/test_torch.py 2>&1 | tee "$out/python_test.log" | tail -15
+  return "${PIPESTATUS[0]}"
+}
+
+run() {
+  out=/tmp/gpu-check
+  rm -rf "$out"
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH=$PWD/$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local bin=$PWD/$carry/bin fail=0
+  local steps=${STOKER_GPU_STEPS:-tests,sanitizer,loader_test,h2d,python,loader}
+  step() { echo; echo "==== $* ===="; }
+  want() { [[ ",$steps," == *",$1,"* ]]; }
+
+  step "machine"
+  {
+    date -u
+    uname -a
+    nproc
+    free -g | head -2
+    nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total,clocks.sm,clocks.mem \
+      --format=csv
+    ldd "$bin/stoker" | grep -i 'not found' || echo "ldd: all libraries found"
+  } 2>&1 | tee "$out/machine.txt"
+
+  if want tests; then
+    step "GPU tests"
+    "$bin/gpu_test" 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(OK|FAILED|SKIPPED) ' | tail -25
+    ((PIPESTATUS[0] == 0)) || fail=1
+  fi
+
+  if want sanitizer; then
+    step "GPU tests under compute-sanitizer"
+    # The copy, reuse and error paths; not the out-of-memory test (it takes
+    # the device's memory, the sanitizer's too) nor the 40-epoch one (time).
+    local filter='GpuLoader.Bytes*:GpuLoader.NoDevice*:GpuStager.*:GpuLoader.CudaError*'
+    filter+=':GpuLoader.ConsumerHolding*'
+    for tool in memcheck racecheck synccheck; do
+      compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$bin/gpu_test" --gtest_filter="$filter" >"$out/sanitizer-$tool.log" 2>&1
+      rc=$?
+      echo "compute-sanitizer --tool $tool: exit $rc; $(grep -E 'ERROR SUMMARY|PASSED|FAILED' \
+        "$out/sanitizer-$tool.log" | tr '\n' ' ')"
+      ((rc == 0)) || fail=1
+    done
+  fi
+
+  if want loader_test; then
+    step "loader tests (host path, this machine)"
+    "$bin/loader_test" --gtest_brief=1 >"$out/loader_test.log" 2>&1 && echo "loader_test: passed" ||
+      { tail -20 "$out/loader_test.log"; fail=1; }
+  fi
+
+  if want h2d; then
+    step "bench h2d"
+    "$bin/stoker" bench h2d --json >"$out/h2d.json" 2>"$out/h2d.err" || fail=1
+    "$bin/stoker" bench h2d --sizes 1M,16M,64M,256M --repeats 3 --min-gbps 10 || fail=1
+  fi
+
+  if want python; then
+    step "Python: the binding built here for this python3; batches into torch via DLPack"
+    python_binding || fail=1
+  fi
+
+  want loader || return "$fail"
+
+  step "dataset: raw samples packed into shards, hot in the page cache"
+  local gib=${STOKER_GPU_DATA_GIB:-8} kib=${STOKER_GPU_SAMPLE_KIB:-128}
+  local data=/tmp/stoker-gpu-data src ds
+  src=$data/src
+  ds=$data/ds
+  if [[ ! -f $ds/manifest.stoker ]]; then
+    rm -rf "$data"
+    python3 - "$src" "$gib" "$kib" <<'EOF'
+import os, sys
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+src, gib, kib = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+size = kib << 10
+count = int(gib * (1 << 30)) // size
+def write(part):
+    rng = np.random.default_rng(part)
+    d = os.path.join(src, "c%02d" % part)
+    os.makedirs(d, exist_ok=True)
+    for i in range(part, count, 16):
+        with open(os.path.join(d, "s%08d.bin" % i), "wb") as f:
+            f.write(rng.bytes(size))
+with ThreadPoolExecutor(16) as pool:
+    list(pool.map(write, range(16)))
+print(f"{count} samples of {kib} KiB in {src}")
+EOF
+    /usr/bin/time -f "pack: %e s" "$bin/stoker" pack --quiet "$src" "$ds" || return 1
+    rm -rf "$src"
+  fi
+  du -sh "$ds"
+  find "$ds" -type f -exec cat {} + >/dev/null  # hot: every shard in the page cache
+
+  step "bench gpu-loader: into HBM vs host delivery"
+  local threads
+  threads=$(nproc)
+  # engine | flags. The threads engine: io_uring serves page-cache hits in
+  # its one submitting thread, which caps a hot read (run of 2026-12-02).
+  local t=$threads t15=$((threads * 3 / 2)) t2=$((threads * 2))
+  local configs=(
+    "threads|--threads $t --batch-size 256 --reads-in-flight 32 --prefetch 8 --budget-mib 2048"
+    "threads|--threads $t15 --batch-size 256 --reads-in-flight 64 --prefetch 16 --budget-mib 4096"
+    "threads|--threads $t15 --batch-size 256 --reads-in-flight 128 --prefetch 16 --budget-mib 8192"
+    "threads|--threads $t2 --batch-size 256 --reads-in-flight 128 --prefetch 16 --budget-mib 8192"
+    "threads|--threads $t15 --batch-size 256 --reads-in-flight 64 --prefetch 16 --budget-mib 4096 --compute-us 2500"
+  )
+  local i=0 engine cfg
+  for entry in "${configs[@]}"; do
+    engine=${entry%%|*}
+    cfg=${entry#*|}
+    i=$((i + 1))
+    # shellcheck disable=SC2086
+    STOKER_POSIX_ENGINE=$engine "$bin/stoker" bench gpu-loader "$ds" --epochs 2 --repeats 3 \
+      --json $cfg >"$out/gpu_loader_$i.json" 2>"$out/gpu_loader_$i.err" || fail=1
+      python3 - "$out/gpu_loader_$i.json" "$engine" "$cfg" <<'EOF' || fail=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+h, c = j["host"], j["cuda"]
+print(f"{sys.argv[2]:8} {sys.argv[3]:90}\n         host {h['gb_per_s']:6.2f} GB/s  cuda {c['gb_per_s']:6.2f} GB/s "
+      f"{c['samples_per_s']:9.0f} samples/s  h2d busy {c['h2d_seconds']:.2f}s  "
+      f"time cuda/host {j['cuda_vs_host_time']:.3f}  wait host {j['host_median_wait_seconds']:.2f}s "
+      f"cuda {j['cuda_median_wait_seconds']:.2f}s  hidden {100 * j['h2d_hidden_share']:.1f}%")
+for m in ("host", "cuda"):
+    x = j[m]
+    print(f"         {m}: next() {x.get('consumer_next_seconds', 0):.3f}s  wait_on "
+          f"{x.get('consumer_wait_on_seconds', 0):.3f}s  release {x.get('consumer_release_seconds', 0):.3f}s")
+EOF
+  done
+  return "$fail"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run)
+    dest=${OUT:-$PWD/gpu-out}
+    mkdir -p "$dest"
+    run 2>&1 | tee "$dest/summary.txt"
+    rc=${PIPESTATUS[0]}
+    tar czf "$dest/gpu-check.tar.gz" -C /tmp gpu-check
+    cp /tmp/gpu-check/h2d.json "$dest/" 2>/dev/null
+    echo
+    echo "gpu-check: $([[ $rc == 0 ]] && echo OK || echo 'SOME STEPS FAILED') (logs in $dest)" |
+      tee -a "$dest/summary.txt"
+    exit "$rc"
+    ;;
+  *)
+    echo "usage: $0 prepare|run" >&2
+    exit 2
+    ;;
+esac
