@@ -32,11 +32,7 @@
 #include <utility>
 #include <vector>
 
-// checkpoint.h's VerifyReport has the name of dataset.h's; renamed here
-// until the headers settle (this file uses neither checkpoint Verify).
-#define VerifyReport CheckpointVerifyReport
 #include "stoker/checkpoint.h"
-#undef VerifyReport
 #include "stoker/dataset.h"
 #include "stoker/format.h"
 #include "stoker/gpu.h"

@@ -275,7 +275,7 @@ TEST_P(CkptStoreTest, RestoreEqualsWhatWasSavedForEveryDtype) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->metadata_json, o.metadata_json);
   EXPECT_EQ(m->sequence, 1u);
-  VerifyReport report;
+  CheckpointVerifyReport report;
   ASSERT_OK(ckpt_->Verify("step-100", &report));
   EXPECT_GT(report.chunks, 10u);
   EXPECT_EQ(report.tensors, c.refs.size());
@@ -335,7 +335,7 @@ TEST_P(CkptStoreTest, AFlippedByteInAnyChunkNamesTheTensor) {
       if (t.offset <= at && at < t.offset + t.bytes) holder = t.name;
     }
     EXPECT_TRUE(Contains(r.status().message(), holder)) << r.status().message();
-    VerifyReport report;
+    CheckpointVerifyReport report;
     EXPECT_EQ(ckpt_->Verify("s", &report).code(), Code::kCorruption);
     ASSERT_EQ(report.problems.size(), 1u);
     EXPECT_TRUE(Contains(report.problems[0], holder));
@@ -582,7 +582,7 @@ TEST(CkptFullDisk, NoSpaceIsAClearErrorAndThePreviousCheckpointSurvives) {
   EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
   EXPECT_TRUE(Contains(s.message(), "save of checkpoint big at")) << s.message();
   EXPECT_EQ(*(*c)->Latest(), "small");
-  VerifyReport r;
+  CheckpointVerifyReport r;
   ASSERT_OK((*c)->Verify("small", &r));
   ASSERT_OK((*c)->Remove("big"));  // what the failed save left goes
   auto again = MakeCkptContent(3);
@@ -638,7 +638,7 @@ TEST_P(CkptKillTest, AKilledSaveNeverLeavesLatestOnAnIncompleteCheckpoint) {
         interrupted.insert(l.name);
         continue;
       }
-      VerifyReport report;
+      CheckpointVerifyReport report;
       ASSERT_OK((*c)->Verify(l.name, &report));
     }
     auto latest = (*c)->Latest();
@@ -657,7 +657,7 @@ TEST_P(CkptKillTest, AKilledSaveNeverLeavesLatestOnAnIncompleteCheckpoint) {
           << *latest << " " << want.refs[i].name;
     }
     if (!previous.empty()) {
-      VerifyReport report;
+      CheckpointVerifyReport report;
       ASSERT_OK((*c)->Verify(previous, &report));  // never damaged
     }
     previous = *latest;

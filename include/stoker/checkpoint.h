@@ -244,7 +244,7 @@ struct TensorDestination {
 };
 
 // What Verify found.
-struct VerifyReport {
+struct CheckpointVerifyReport {
   uint64_t chunks = 0, bytes = 0, tensors = 0;
   std::vector<std::string> problems;  // one line each, naming chunk and tensors
 };
@@ -291,7 +291,7 @@ class Checkpointer {
   // Reads every chunk of every rank and checks sizes and checksums. Returns
   // the manifest's error if it cannot be read; chunk problems are listed in
   // the report (and make the status Corruption).
-  virtual Status Verify(std::string_view name, VerifyReport* report) = 0;
+  virtual Status Verify(std::string_view name, CheckpointVerifyReport* report) = 0;
 
   // Removes a checkpoint, committed or not: its manifest first (so it is no
   // longer a checkpoint), then its other objects. If `latest` named it,

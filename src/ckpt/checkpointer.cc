@@ -151,6 +151,23 @@ struct MappedMemory {
   }
 };
 
+// A worker's reusable buffer for shared chunks. Not zeroed: every byte is
+// written before it is read.
+class Scratch {
+ public:
+  std::byte* Get(size_t n) {
+    if (n > size_) {
+      data_.reset(new std::byte[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  size_t size_ = 0;
+};
+
 // One piece of a chunk: bytes of one tensor.
 struct Segment {
   const std::byte* src = nullptr;
@@ -163,9 +180,13 @@ struct ChunkPlan {
 };
 
 // Where the writer cuts a rank's stream (§3.1: the writer's choice). Tensors
-// of at least `chunk` bytes get chunks of their own, written straight from
-// their memory; smaller ones share chunks of up to `chunk` bytes.
+// of at least a sixteenth of the chunk size (4 MiB at the default) get chunks
+// of their own, at most `chunk` bytes each, written straight from their
+// memory and read straight into their place; smaller ones share chunks of up
+// to `chunk` bytes, gathered on save and scattered on restore, which costs a
+// copy of only the small tensors.
 std::vector<ChunkPlan> PlanChunks(std::span<const TensorRef> tensors, uint64_t chunk) {
+  const uint64_t own = std::max<uint64_t>(chunk / 16, 1);
   std::vector<ChunkPlan> plan;
   ChunkPlan group;
   uint64_t stream = 0;
@@ -177,7 +198,7 @@ std::vector<ChunkPlan> PlanChunks(std::span<const TensorRef> tensors, uint64_t c
   for (const TensorRef& t : tensors) {
     const uint64_t n = t.data.size();
     if (n == 0) continue;
-    if (n >= chunk) {
+    if (n >= own) {
       flush();
       for (uint64_t off = 0; off < n; off += chunk) {
         ChunkPlan c;
@@ -402,9 +423,9 @@ class CheckpointerImpl final : public Checkpointer {
     return m;
   }
 
-  Status Verify(std::string_view name, VerifyReport* report) override {
-    VerifyReport local;
-    VerifyReport& r = report ? *report : local;
+  Status Verify(std::string_view name, CheckpointVerifyReport* report) override {
+    CheckpointVerifyReport local;
+    CheckpointVerifyReport& r = report ? *report : local;
     STOKER_ASSIGN_OR_RETURN(std::string n, Resolve(name));
     STOKER_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifestOf(n));
     struct Item {
@@ -599,21 +620,20 @@ class CheckpointerImpl final : public Checkpointer {
     part.chunks.resize(plan.size());
     // Chunks, in parallel; a shared chunk is gathered into a per-thread
     // buffer, a chunk of one tensor is written from the tensor's memory.
-    std::vector<std::vector<std::byte>> scratch(Workers(plan.size(), opt_.io_threads));
+    std::vector<Scratch> scratch(Workers(plan.size(), opt_.io_threads));
     Status s = ParallelFor(plan.size(), opt_.io_threads, [&](size_t i, size_t w) -> Status {
-      std::vector<std::byte>& gather = scratch[w];
       const ChunkPlan& c = plan[i];
       std::span<const std::byte> data;
       if (c.segments.size() == 1) {
         data = {c.segments[0].src, c.segments[0].bytes};
       } else {
-        gather.resize(c.bytes);
+        std::byte* gather = scratch[w].Get(c.bytes);
         size_t at = 0;
         for (const Segment& seg : c.segments) {
-          std::memcpy(gather.data() + at, seg.src, seg.bytes);
+          std::memcpy(gather + at, seg.src, seg.bytes);
           at += seg.bytes;
         }
-        data = gather;
+        data = {gather, c.bytes};
       }
       ChunkInfo& ci = part.chunks[i];
       ci.key = ChunkKey(name, o.rank, i);
@@ -929,16 +949,14 @@ class CheckpointerImpl final : public Checkpointer {
       }
       order.push_back(&j);
     }
-    std::vector<std::vector<std::byte>> scratch(Workers(order.size(), opt_.io_threads));
+    std::vector<Scratch> scratch(Workers(order.size(), opt_.io_threads));
     return ParallelFor(order.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
       Job& j = *order[n];
-      std::vector<std::byte>& buffer = scratch[w];
       std::span<std::byte> into;
       if (j.direct != nullptr) {
         into = {j.direct, j.chunk->bytes};
       } else {
-        buffer.resize(j.chunk->bytes);
-        into = buffer;
+        into = {scratch[w].Get(j.chunk->bytes), j.chunk->bytes};
       }
       auto tensors = [&] {
         return " (rank " + std::to_string(j.part->rank) + ", tensors " +

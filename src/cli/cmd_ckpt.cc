@@ -109,7 +109,7 @@ int Show(Checkpointer& c, const std::string& name, bool as_json) {
 }
 
 int VerifyCkpt(Checkpointer& c, const std::string& name) {
-  VerifyReport r;
+  CheckpointVerifyReport r;
   Status s = c.Verify(name, &r);
   if (!s.ok() && r.chunks == 0) return Fail(s);
   for (const std::string& p : r.problems) std::printf("BAD  %s\n", p.c_str());
