@@ -354,6 +354,16 @@ TEST_P(CkptStoreTest, AFlippedByteInAnyChunkNamesTheTensor) {
   EXPECT_EQ(r.status().code(), Code::kCorruption);
   EXPECT_TRUE(Contains(r.status().message(), key + ": body checksum mismatch"))
       << r.status().message();
+  // A damaged checkpoint is listed as such, and does not stop new commits
+  // nor is it removed by their retention.
+  auto list = ckpt_->List();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_TRUE(Contains((*list)[0].problem, "body checksum mismatch"));
+  SaveOptions keep1 = Small();
+  keep1.keep_last = 1;
+  ASSERT_OK(ckpt_->Save("t", MakeCkptContent(4).refs, keep1));
+  EXPECT_TRUE(store_->Stat(key).ok()) << "retention removed a damaged checkpoint";
 
   // A missing chunk.
   ASSERT_OK(store_->Put(key, *raw));

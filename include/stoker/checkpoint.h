@@ -207,6 +207,10 @@ struct CheckpointListing {
   uint32_t world_size = 0;
   int64_t created_unix_ms = 0;
   uint64_t objects = 0;  // objects under NAME/
+  // Set when the manifest is there but damaged (Corruption, Unsupported):
+  // the error. Such a checkpoint is listed (sequence 0) and never removed by
+  // retention; other errors reading a manifest fail the listing.
+  std::string problem;
 };
 
 struct RestoreOptions {

@@ -354,7 +354,13 @@ class CheckpointerImpl final : public Checkpointer {
       l.latest = name == latest;
       if (l.committed) {
         auto m = ReadManifestOf(name);
-        if (!m.ok()) return m.status();
+        if (!m.ok()) {
+          const Code code = m.status().code();
+          if (code != Code::kCorruption && code != Code::kUnsupported) return m.status();
+          l.problem = m.status().ToString();
+          out.push_back(std::move(l));
+          continue;
+        }
         l.sequence = m->sequence;
         l.bytes = m->bytes();
         l.tensors = m->tensor_count();
@@ -788,7 +794,7 @@ class CheckpointerImpl final : public Checkpointer {
     if (o.keep_last > 0) {
       committed.push_back({.name = name, .committed = true, .sequence = m.sequence});
       for (size_t i = 0; i + o.keep_last < committed.size(); ++i) {
-        if (committed[i].name == name) continue;
+        if (committed[i].name == name || !committed[i].problem.empty()) continue;
         s = Remove(committed[i].name);
         if (!s.ok() && s.code() != Code::kNotFound) {
           return s.WithContext(Where(name) + " is committed, but removing " + committed[i].name +

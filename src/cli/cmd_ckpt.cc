@@ -41,7 +41,8 @@ int Ls(Checkpointer& c, bool as_json) {
                    {"tensors", l.tensors},
                    {"world_size", l.world_size},
                    {"created_unix_ms", l.created_unix_ms},
-                   {"objects", l.objects}});
+                   {"objects", l.objects},
+                   {"problem", l.problem}});
     }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -49,7 +50,10 @@ int Ls(Checkpointer& c, bool as_json) {
   std::printf("%-28s %5s %10s %8s %5s  %-20s %s\n", "NAME", "SEQ", "SIZE", "TENSORS", "RANKS",
               "CREATED (UTC)", "STATE");
   for (const CheckpointListing& l : *list) {
-    if (l.committed) {
+    if (!l.problem.empty()) {
+      std::printf("%-28s %5s %10s %8s %5s  %-20s damaged: %s\n", l.name.c_str(), "-", "-", "-", "-",
+                  "-", l.problem.c_str());
+    } else if (l.committed) {
       std::printf("%-28s %5lu %10s %8lu %5u  %-20s %s\n", l.name.c_str(), (unsigned long)l.sequence,
                   HumanBytes(double(l.bytes)).c_str(), (unsigned long)l.tensors, l.world_size,
                   When(l.created_unix_ms).c_str(), l.latest ? "committed, latest" : "committed");
