@@ -792,7 +792,11 @@ class CheckpointerImpl final : public Checkpointer {
       return s.WithContext(Where(name) + " is committed, but moving 'latest' to it failed");
     }
     if (o.keep_last > 0) {
-      committed.push_back({.name = name, .committed = true, .sequence = m.sequence});
+      CheckpointListing now;
+      now.name = name;
+      now.committed = true;
+      now.sequence = m.sequence;
+      committed.push_back(std::move(now));
       for (size_t i = 0; i + o.keep_last < committed.size(); ++i) {
         if (committed[i].name == name || !committed[i].problem.empty()) continue;
         s = Remove(committed[i].name);
@@ -920,6 +924,44 @@ class CheckpointerImpl final : public Checkpointer {
     return out;
   }
 
+  // Reads a whole object into `into` as pieces of kReadPiece bytes, all in
+  // flight at once on the worker's queue (made on first use): a cold file
+  // is read with the device's queue depth instead of one readahead window at
+  // a time. Returns the bytes read (short at the object's end).
+  Result<size_t> ReadPieces(std::unique_ptr<ReadQueue>& queue, const std::string& key,
+                            std::span<std::byte> into) {
+    constexpr size_t kReadPiece = 4ull << 20;  // the size a loader's shard read has
+    if (!queue) {
+      ReadQueueOptions qo;
+      qo.depth = 16;
+      STOKER_ASSIGN_OR_RETURN(queue, store_->NewReadQueue(qo));
+    }
+    std::vector<ReadRequest> requests;
+    for (size_t off = 0; off < into.size(); off += kReadPiece) {
+      requests.push_back(
+          {key, off, into.subspan(off, std::min(kReadPiece, into.size() - off)), requests.size()});
+    }
+    STOKER_RETURN_IF_ERROR(queue->Submit(requests));
+    std::vector<ReadCompletion> done;
+    done.reserve(requests.size());
+    while (done.size() < requests.size()) {
+      // The store's own operation timeout bounds each read (RADOS: 30 s);
+      // this deadline only keeps a stuck backend from hanging forever.
+      STOKER_ASSIGN_OR_RETURN(size_t got,
+                              queue->Wait(requests.size() - done.size(),
+                                          Clock::now() + std::chrono::minutes(10), &done));
+      (void)got;
+    }
+    size_t total = 0;
+    Status first;
+    for (const ReadCompletion& c : done) {
+      if (!c.status.ok() && first.ok()) first = c.status;
+      total += c.bytes;
+    }
+    if (!first.ok()) return first;
+    return total;
+  }
+
   // Reads the chunks under `wanted` into `dst` (one span per tensor), every
   // chunk checked before its bytes count. A chunk that lies inside one
   // wanted tensor is read straight into place; others through a buffer.
@@ -956,6 +998,7 @@ class CheckpointerImpl final : public Checkpointer {
       order.push_back(&j);
     }
     std::vector<Scratch> scratch(Workers(order.size(), opt_.io_threads));
+    std::vector<std::unique_ptr<ReadQueue>> queues(scratch.size());
     return ParallelFor(order.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
       Job& j = *order[n];
       std::span<std::byte> into;
@@ -968,7 +1011,7 @@ class CheckpointerImpl final : public Checkpointer {
         return " (rank " + std::to_string(j.part->rank) + ", tensors " +
                Join(TensorsIn(*j.part, j.chunk->offset, j.chunk->bytes)) + ")";
       };
-      auto got = store_->Read(j.chunk->key, 0, into);
+      auto got = ReadPieces(queues[w], j.chunk->key, into);
       if (!got.ok()) {
         const Status& s = got.status();
         if (s.code() == Code::kNotFound) {
