@@ -147,7 +147,7 @@ def test_corrupt_manifest(dataset):
     (dict(decode="nope"), ValueError, "decode field 'nope' is not among the fields"),
     (dict(fields=["image", "nope"]), ValueError, "no field 'nope'"),
     (dict(fields="image"), TypeError, "fields must be a list"),
-    (dict(format="jax"), ValueError, "format must be 'numpy' or 'torch'"),
+    (dict(format="jax"), ValueError, "format must be 'numpy', 'torch' or 'dlpack'"),
     (dict(shuffle="yes"), TypeError, "shuffle must be True or False"),
     (dict(reads_in_flight=0), ValueError, "reads_in_flight must be at least 1"),
     (dict(shuffle_window=0), ValueError, "shuffle_window must be at least 1"),
