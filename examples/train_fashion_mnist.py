@@ -8,14 +8,18 @@ removes the files; later runs reuse the dataset.
 
 Each step's batch arrives as views of one buffer (no copy): the "image"
 field's bytes are 784 per sample, back to back, so the whole batch is one
-reshape away from N x 1 x 28 x 28. With --checkpoint the model, the
-optimizer and the loader's state_dict are saved together; a run started with
-the same --checkpoint resumes exactly where the saved one stopped, mid-epoch
-included, and gives the same batches an uninterrupted run would.
+reshape away from N x 1 x 28 x 28. With --checkpoint DIR (a folder or a
+rados:// root) the model, the optimizer and the loader's state_dict are saved
+together with stoker.save, asynchronously (training goes on while the
+checkpoint is written) and atomically (a crash mid-save leaves the previous
+one); a run started with the same --checkpoint resumes exactly where the
+latest one stopped, mid-epoch included, and gives the same batches an
+uninterrupted run would.
 
     export PYTHONPATH=$PWD/build/python
-    /usr/bin/python3 examples/train_fashion_mnist.py --steps 300 --checkpoint /tmp/fm.pt
-    /usr/bin/python3 examples/train_fashion_mnist.py --steps 600 --checkpoint /tmp/fm.pt  # resumes
+    /usr/bin/python3 examples/train_fashion_mnist.py --steps 300 --checkpoint /tmp/fm-ckpt
+    /usr/bin/python3 examples/train_fashion_mnist.py --steps 600 --checkpoint /tmp/fm-ckpt  # resumes
+    stoker ckpt ls /tmp/fm-ckpt
 
 Distributed (each rank reads its share; gradients are not averaged here, this
 only shows the data side): torchrun --nproc-per-node 2 examples/train_fashion_mnist.py
@@ -104,11 +108,21 @@ class SmallCNN(nn.Module):
         return self.fc(x.flatten(1))
 
 
-def save_checkpoint(path, model, optimizer, loader, step):
-    tmp = f"{path}.tmp"
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "loader": loader.state_dict(), "step": step}, tmp)
-    os.replace(tmp, path)  # a crash while saving leaves the previous checkpoint
+def save_checkpoint(root, model, optimizer, loader, step):
+    """Starts an asynchronous save; returns its handle. The state is copied
+    before this returns, so training may change the weights right away; the
+    previous checkpoint stays the latest until this one is committed."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "loader": loader.state_dict(), "step": step}
+    return stoker.save(state, root, step=step, async_=True, keep_last=2)
+
+
+def load_checkpoint(root):
+    """The latest committed checkpoint under root, or None if there is none."""
+    try:
+        return stoker.load(root)
+    except FileNotFoundError:  # stoker.NotFoundError: no checkpoint there yet
+        return None
 
 
 def evaluate(model, uri, batch_size):
@@ -137,8 +151,8 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="stoker's workers (0 = cores)")
-    p.add_argument("--checkpoint", help="save here every --save-every steps and at the end; "
-                   "resume from it when it exists")
+    p.add_argument("--checkpoint", help="a checkpoint root (folder or rados:// URI): save there "
+                   "every --save-every steps and at the end; resume from its latest")
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--log-json", help="append one JSON line per step (step, epoch, loss, ids)")
@@ -154,8 +168,8 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     step, epoch = 0, 0
-    if args.checkpoint and os.path.exists(args.checkpoint):
-        checkpoint = torch.load(args.checkpoint)
+    checkpoint = load_checkpoint(args.checkpoint) if args.checkpoint else None
+    if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         loader.load_state_dict(checkpoint["loader"])
@@ -163,6 +177,7 @@ def main(argv=None):
         print(f"resumed from {args.checkpoint} at step {step} (epoch {epoch}, position "
               f"{checkpoint['loader']['position']})", flush=True)
 
+    pending = None  # the save in flight
     log = open(args.log_json, "a") if args.log_json else None
     start, start_step = time.time(), step
     print(f"training on {loader.info['samples']} images, {len(loader)} batches per epoch, "
@@ -181,11 +196,15 @@ def main(argv=None):
             if step % args.log_every == 0 or step == args.steps:
                 print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
             if args.checkpoint and (step % args.save_every == 0 or step == args.steps):
-                save_checkpoint(args.checkpoint, model, optimizer, loader, step)
+                if pending is not None:
+                    pending.wait()  # raises if that save failed: never lost silently
+                pending = save_checkpoint(args.checkpoint, model, optimizer, loader, step)
             if step >= args.steps:
                 break
         else:
             epoch += 1
+    if pending is not None:
+        pending.wait()
     if log:
         log.close()
     elapsed = time.time() - start

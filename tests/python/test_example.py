@@ -41,11 +41,13 @@ def test_train_checkpoint_resume_equals_uninterrupted(tmp_path):
     accuracy = float(out.split("test accuracy ")[1].split()[0])
     assert accuracy > 0.3, out  # 30 steps of SGD learn something (chance is 0.1)
 
-    ckpt = tmp_path / "fm.pt"
+    ckpt = tmp_path / "fm-ckpt"
     out = train(tmp_path, "--steps", "12", "--checkpoint", str(ckpt), "--save-every", "5",
                 "--log-json", str(tmp_path / "resumed.jsonl"))
     assert "packed" not in out, "the second run reuses the packed dataset"
-    assert ckpt.exists()
+    assert (ckpt / "latest").read_text() == "step-000000000012\n"
+    committed = sorted(p.parent.name for p in ckpt.glob("*/manifest.stkc"))
+    assert committed == ["step-000000000010", "step-000000000012"], "keep_last=2"
     out = train(tmp_path, "--steps", "30", "--checkpoint", str(ckpt),
                 "--log-json", str(tmp_path / "resumed.jsonl"))
     assert "resumed from" in out and "at step 12 (epoch 0, position 768)" in out, out
