@@ -271,13 +271,8 @@ Status DecodeRank(const json& obj, const std::string& path, std::string_view nam
 // The fields part records and manifests share.
 Status DecodeCommon(const json& root, uint32_t header_version, std::string_view name,
                     const Checker& c, std::string* attempt, uint32_t* world_size) {
-  if (!root.is_object()) return c.TypeError("body", "an object", root);
+  STOKER_RETURN_IF_ERROR(c.CheckFormatVersion(root, header_version));
   uint64_t u;
-  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "format_version", "format_version", UINT32_MAX, &u));
-  if (u != header_version) {
-    return c.Error("format_version",
-                   std::to_string(u) + ", header says " + std::to_string(header_version));
-  }
   const std::string* s;
   STOKER_RETURN_IF_ERROR(c.GetString(root, "name", "name", &s));
   if (*s != name)

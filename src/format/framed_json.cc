@@ -255,4 +255,15 @@ Status Checker::GetArray(const json& obj, const char* key, const std::string& pa
   return Status::Ok();
 }
 
+Status Checker::CheckFormatVersion(const json& root, uint32_t header_version) const {
+  if (!root.is_object()) return TypeError("body", "an object", root);
+  uint64_t u;
+  STOKER_RETURN_IF_ERROR(GetUnsigned(root, "format_version", "format_version", UINT32_MAX, &u));
+  if (u != header_version) {
+    return Error("format_version",
+                 std::to_string(u) + ", header says " + std::to_string(header_version));
+  }
+  return Status::Ok();
+}
+
 }  // namespace stoker::format::internal

@@ -56,6 +56,8 @@ class Checker {
                    const std::string** out) const;
   Status GetArray(const json& obj, const char* key, const std::string& path,
                   const json** out) const;
+  // The body is an object whose "format_version" equals the header's.
+  Status CheckFormatVersion(const json& root, uint32_t header_version) const;
 
  private:
   std::string_view where_;

@@ -83,15 +83,9 @@ bool ParseFieldType(std::string_view s, FieldType* t) {
 
 Status DecodeBody(const json& root, uint32_t header_version, std::string_view where, Manifest* m) {
   Checker c(where);
-  if (!root.is_object()) return c.TypeError("body", "an object", root);
-
+  STOKER_RETURN_IF_ERROR(c.CheckFormatVersion(root, header_version));
+  m->format_version = header_version;
   uint64_t u;
-  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "format_version", "format_version", UINT32_MAX, &u));
-  if (u != header_version) {
-    return c.Error("format_version",
-                   std::to_string(u) + ", header says " + std::to_string(header_version));
-  }
-  m->format_version = static_cast<uint32_t>(u);
 
   const std::string* s;
   STOKER_RETURN_IF_ERROR(c.GetString(root, "dataset_id", "dataset_id", &s));
