@@ -23,7 +23,9 @@ namespace stoker {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::OpenPathForOthers;
 using testing::RandomBytes;
+using testing::RunUnprivileged;
 using testing::TempDir;
 
 void MakeTree(const fs::path& root, uint32_t files, uint32_t classes, size_t size) {
@@ -117,13 +119,27 @@ TEST(PackTest, EmptyOrMissingSourceFileFailsAndCreatesNoDataset) {
   EXPECT_FALSE(fs::exists(d.path() / "ds" / format::kManifestKey));
 }
 
+// As root, pack runs in a child that has dropped to nobody (see
+// RunUnprivileged), whom the source file's mode 000 stops.
 TEST(PackTest, UnreadableSourceFileFails) {
-  if (geteuid() == 0) GTEST_SKIP() << "running as root: chmod 000 does not stop root reading";
   TempDir d;
   MakeTree(d.path() / "src", 4, 1, 100);
-  fs::permissions(d.path() / "src" / "k00" / "f00001.bin", fs::perms::none);
-  auto m = Pack((d.path() / "src").string(), (d.path() / "ds").string(), PackOptions{});
-  EXPECT_EQ(m.status().code(), Code::kPermissionDenied);
+  const fs::path locked = d.path() / "src" / "k00" / "f00001.bin";
+  fs::permissions(locked, fs::perms::none);
+  const fs::path out = d.path() / "out";
+  fs::create_directories(out);
+  fs::permissions(out, fs::perms::all);  // nobody writes the destination
+  OpenPathForOthers(out);
+  const std::string failure = RunUnprivileged([&]() -> std::string {
+    auto m = Pack((d.path() / "src").string(), (out / "ds").string(), PackOptions{});
+    if (m.status().code() != Code::kPermissionDenied) return "Pack: " + m.status().ToString();
+    if (m.status().message().find("f00001.bin") == std::string::npos) {
+      return "the error does not name the file: " + m.status().ToString();
+    }
+    if (fs::exists(out / "ds" / format::kManifestKey)) return "a manifest was written";
+    return "";
+  });
+  EXPECT_EQ(failure, "");
 }
 
 TEST(PackTest, DestinationHoldingADatasetIsRefused) {

@@ -1,8 +1,13 @@
 #include "testutil.h"
 
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 
@@ -52,6 +57,67 @@ std::vector<std::byte> ReadFile(const std::filesystem::path& path) {
   std::vector<std::byte> out(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) out[i] = std::byte(raw[i]);
   return out;
+}
+
+std::string RunUnprivileged(const std::function<std::string()>& body) {
+  if (::geteuid() != 0) return body();
+  int fds[2];
+  if (::pipe(fds) != 0) return std::string("pipe: ") + std::strerror(errno);
+  const pid_t pid = ::fork();
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    ::close(fds[0]);
+    constexpr uid_t kNobody = 65534;
+    std::string verdict;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+        ::setresuid(kNobody, kNobody, kNobody) != 0) {
+      verdict = std::string("dropping to uid 65534: ") + std::strerror(errno);
+    } else if (::geteuid() == 0) {
+      verdict = "still root after setresuid";
+    } else {
+      try {
+        verdict = body();
+      } catch (const std::exception& e) {
+        verdict = std::string("exception: ") + e.what();
+      }
+    }
+    size_t done = 0;
+    while (done < verdict.size()) {
+      const ssize_t n = ::write(fds[1], verdict.data() + done, verdict.size() - done);
+      if (n <= 0) break;
+      done += size_t(n);
+    }
+    ::_exit(verdict.empty() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string verdict;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    verdict.append(buf, size_t(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status))
+    return "the unprivileged child died of signal " + std::to_string(WTERMSIG(status)) + " " +
+           verdict;
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && verdict.empty()) {
+    return "the unprivileged child exited " + std::to_string(WEXITSTATUS(status));
+  }
+  return verdict;
+}
+
+void OpenPathForOthers(const std::filesystem::path& path) {
+  for (auto p = std::filesystem::absolute(path); p.has_relative_path(); p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      ::chmod(p.c_str(), st.st_mode | S_IXOTH);
+  }
 }
 
 }  // namespace stoker::testing

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,18 @@ std::vector<std::byte> RandomBytes(size_t n, uint64_t seed);
 // Writes `data` to `path`, creating parent folders.
 void WriteFile(const std::filesystem::path& path, const std::vector<std::byte>& data);
 std::vector<std::byte> ReadFile(const std::filesystem::path& path);
+
+// Runs `body` in a forked child that has dropped to the unprivileged user
+// nobody (uid/gid 65534, no supplementary groups) when the test runs as root,
+// so that file permissions bind it as they bind a user; as a non-root user
+// the child just runs it. `body` returns "" on success or what went wrong.
+// Returns the child's verdict: "" or the failure (also when the child could
+// not drop its privileges or died). The child starts with only the calling
+// thread: `body` must open its own stores.
+std::string RunUnprivileged(const std::function<std::string()>& body);
+
+// Lets the unprivileged user of RunUnprivileged reach `path`: every folder
+// from `path` up to (not including) `/` gets o+x.
+void OpenPathForOthers(const std::filesystem::path& path);
 
 }  // namespace stoker::testing
