@@ -12,10 +12,13 @@ with random values):
             file of the state's size, in --dir; 1 job and --fio-jobs jobs,
             the faster counts as the limit
   stoker    stoker.save (sync, durable: every chunk fsynced and committed),
-            then stoker.load with the page cache dropped first (cold)
+            then stoker.load with the page cache dropped first (cold): into
+            new memory, and into an existing state of the same tensors
+            (load(into=...), as a job resuming into its model does)
   torch     torch.save of the same state dict to a file in --dir (as users
             call it: no fsync; and with an fsync after it, durable), then
-            torch.load, cold
+            torch.load, cold; and torch.load followed by copying it into the
+            existing state (what model.load_state_dict does)
   stall     how long the training loop stops: stoker.save(async_=True) until
             it returns (the snapshot into the reused staging area; the first
             async save, which also allocates it, is reported apart), a sync
@@ -193,10 +196,17 @@ def bench_clone(state, repeats):
     return median(times)
 
 
-def bench_stoker(state, root, repeats, cold):
-    """Sync save and (cold) load times, medians."""
+def existing_state(state):
+    """A state of the same tensors in memory already in use (zeros, every page
+    touched): what a resuming job holds before it loads."""
+    return {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v
+            for k, v in state.items()}
+
+
+def bench_stoker(state, root, repeats, cold, into):
+    """Sync save, (cold) load and (cold) load into `into` times, medians."""
     c = stoker.Checkpointer(root)
-    saves, loads = [], []
+    saves, loads, loads_into = [], [], []
     for i in range(repeats):
         name = f"sync-{i}"
         t, _ = timed(lambda: c.save(state, name))
@@ -208,9 +218,16 @@ def bench_stoker(state, root, repeats, cold):
         assert torch.equal(back["layers.0.weight"], state["layers.0.weight"])
         del back
         gc.collect()
+        if into is not None:
+            into["layers.0.weight"].zero_()
+            if cold:
+                drop_caches()
+            t, _ = timed(lambda: c.load(name, into=into))
+            loads_into.append(t)
+            assert torch.equal(into["layers.0.weight"], state["layers.0.weight"])
         c.remove(name)
     c.close()
-    return median(saves), median(loads)
+    return median(saves), median(loads), median(loads_into)
 
 
 def bench_async(state, root, repeats):
@@ -233,9 +250,10 @@ def bench_async(state, root, repeats):
     return first, median(stalls), median(totals)
 
 
-def bench_torch(state, directory, repeats, cold):
-    """torch.save (no fsync), torch.save + fsync, torch.load (cold), medians."""
-    saves, durable, loads = [], [], []
+def bench_torch(state, directory, repeats, cold, into):
+    """torch.save (no fsync), torch.save + fsync, torch.load (cold), torch.load
+    copied into `into` (cold), medians."""
+    saves, durable, loads, loads_into = [], [], [], []
     path = Path(directory, "torch-state.pt")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -251,9 +269,20 @@ def bench_torch(state, directory, repeats, cold):
         loads.append(t)
         del back
         gc.collect()
+        if cold:
+            drop_caches()
+        t0 = time.perf_counter()
+        back = torch.load(path)
+        with torch.no_grad():  # as load_state_dict copies into the parameters
+            for k, v in back.items():
+                if isinstance(v, torch.Tensor):
+                    into[k].copy_(v)
+        loads_into.append(time.perf_counter() - t0)
+        del back
+        gc.collect()
         path.unlink()
         os.sync()
-    return median(saves), median(durable), median(loads)
+    return median(saves), median(durable), median(loads), median(loads_into)
 
 
 def run_size(size_gib, args, cold):
@@ -270,22 +299,25 @@ def run_size(size_gib, args, cold):
         limits, detail = fio_limits(work, nbytes, args.repeats, sorted({1, args.fio_jobs}), cold)
         r["fio_write_Bps"], r["fio_read_Bps"] = limits["write"], limits["read"]
         r["fio_by_jobs"] = detail
+        into = existing_state(state)
         log("  stoker sync save + load")
-        r["stoker_save_s"], r["stoker_load_s"] = bench_stoker(state, str(work / "stoker"),
-                                                              args.repeats, cold)
+        r["stoker_save_s"], r["stoker_load_s"], r["stoker_load_into_s"] = bench_stoker(
+            state, str(work / "stoker"), args.repeats, cold, into)
         log("  stoker async save")
         r["async_first_stall_s"], r["async_stall_s"], r["async_total_s"] = bench_async(
             state, str(work / "stoker-async"), args.repeats)
         log("  torch.save + torch.load")
-        r["torch_save_s"], r["torch_save_fsync_s"], r["torch_load_s"] = bench_torch(
-            state, work, args.repeats, cold)
+        r["torch_save_s"], r["torch_save_fsync_s"], r["torch_load_s"], r["torch_load_into_s"] = \
+            bench_torch(state, work, args.repeats, cold, into)
         if args.rados:
             log("  rados bench")
             rb = rados_bench(args.rados, nbytes, args.repeats)
             r["rados_write_Bps"], r["rados_seq_Bps"] = rb["write"], rb["seq"]
             log("  stoker on RADOS")
             uri = _rados_root(args.rados, f"ckbench-{uuid.uuid4().hex[:8]}")
-            r["rados_save_s"], r["rados_load_s"] = bench_stoker(state, uri, args.repeats, False)
+            r["rados_save_s"], r["rados_load_s"], r["rados_load_into_s"] = bench_stoker(
+                state, uri, args.repeats, False, into)
+        del into
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return r
@@ -318,6 +350,18 @@ def report(results, cold):
             f"{gbps(n, r['torch_load_s']):.3f} | "
             f"{r['torch_save_s'] / r['stoker_save_s']:.2f}× "
             f"({r['torch_save_fsync_s'] / r['stoker_save_s']:.2f}× with fsync) |")
+    lines += ["", "Loading into an existing state (load(into=...) vs torch.load + copy, as "
+              "load_state_dict does):", ""]
+    lines.append("| state | fio read | stoker load into | ratio | torch.load + copy | "
+                 "stoker vs torch |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        n = r["bytes"]
+        li = gbps(n, r["stoker_load_into_s"])
+        lines.append(
+            f"| {r['size_gib']} GiB | {r['fio_read_Bps'] / 1e9:.3f} | {li:.3f} | "
+            f"{li * 1e9 / r['fio_read_Bps']:.0%} | {gbps(n, r['torch_load_into_s']):.3f} | "
+            f"{r['torch_load_into_s'] / r['stoker_load_into_s']:.2f}× |")
     lines += ["", "Training stall (seconds the caller waits):", ""]
     lines.append("| state | clone once | async save | ratio to clone | first async save | "
                  "async until durable | sync save | torch.save | async vs torch.save |")
@@ -331,8 +375,8 @@ def report(results, cold):
     if any("rados_write_Bps" in r for r in results):
         lines += ["", "RADOS:", ""]
         lines.append("| state | rados bench write | stoker save | ratio | rados bench seq | "
-                     "stoker load | ratio |")
-        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+                     "stoker load | ratio | stoker load into | ratio |")
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in results:
             if "rados_write_Bps" not in r:
                 continue
@@ -341,7 +385,9 @@ def report(results, cold):
             lines.append(
                 f"| {r['size_gib']} GiB | {r['rados_write_Bps'] / 1e9:.3f} | {s:.3f} | "
                 f"{s * 1e9 / r['rados_write_Bps']:.0%} | {r['rados_seq_Bps'] / 1e9:.3f} | "
-                f"{l_:.3f} | {l_ * 1e9 / r['rados_seq_Bps']:.0%} |")
+                f"{l_:.3f} | {l_ * 1e9 / r['rados_seq_Bps']:.0%} | "
+                f"{gbps(n, r['rados_load_into_s']):.3f} | "
+                f"{gbps(n, r['rados_load_into_s']) * 1e9 / r['rados_seq_Bps']:.0%} |")
     return "\n".join(lines)
 
 

@@ -70,7 +70,7 @@ def stoker_json(cmd):
     return json.loads(run(cmd).stdout)
 
 
-def fio(files, bs, depth, direct, hot):
+def fio(files, bs, depth, direct, hot, passes):
     size = bs * len(files)
     # --readonly: fio never writes (it would otherwise "lay out" files whose
     # size differs from --size, destroying the dataset). Names relative to
@@ -79,7 +79,7 @@ def fio(files, bs, depth, direct, hot):
            "--bs=%d" % bs, "--iodepth=%d" % depth, "--size=%d" % size,
            "--directory=" + os.path.dirname(files[0]),
            "--filename=" + ":".join(os.path.basename(f) for f in files),
-           "--direct=%d" % int(direct), "--output-format=json",
+           "--direct=%d" % int(direct), "--output-format=json", "--loops=%d" % passes,
            # fio drops the files' cached pages before it starts unless told
            # not to: the hot case must keep them.
            "--invalidate=%d" % (0 if hot else 1)]
@@ -111,6 +111,8 @@ def bench_fio(args, results):
         modes.append(("cold", False))
     modes.append(("direct", True))
     for mode, direct in modes:
+        # Cold is one pass: a second would find the shards in the page cache.
+        passes = 1 if mode == "cold" else args.passes
         f_runs, s_runs = [], []
         for _ in range(args.repeats):
             for side in ("fio", "stoker"):
@@ -119,14 +121,15 @@ def bench_fio(args, results):
                 elif mode == "cold":
                     drop_caches()
                 if side == "fio":
-                    f_runs.append(fio(same, bs, depth, direct, mode == "hot"))
+                    f_runs.append(fio(same, bs, depth, direct, mode == "hot", passes))
                 else:
                     cmd = [args.stoker, "bench", "loader", ds, "--json", "--batch-size", "256",
-                           "--reads-in-flight", str(depth)]
+                           "--reads-in-flight", str(depth), "--epochs", str(passes)]
                     if direct:
                         cmd.append("--direct")
                     s_runs.append(stoker_json(cmd))
         r = {"mode": mode, "shard_bytes": bs, "depth": depth, "shards": len(shards),
+             "passes": passes,
              "fio_mb_per_s": med(f_runs, "mb_per_s"),
              "fio_cpu_s_per_gb": med(f_runs, "cpu_seconds_per_gb"),
              "stoker_mb_per_s": med(s_runs, "mb_per_s"),
@@ -207,6 +210,10 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json")
     p.add_argument("--quick", action="store_true", help="smaller data sets")
+    p.add_argument("--passes", type=int, default=3,
+                   help="loader vs fio: passes over the shards in one process (stoker "
+                        "--epochs, fio --loops), so that a process's start-up (for stoker, "
+                        "faulting in its buffer pool) weighs as it does in a training job")
     p.add_argument("--only", choices=["fio", "perfile", "decode"])
     args = p.parse_args()
     args.stoker = os.path.abspath(args.stoker)

@@ -751,6 +751,24 @@ class CheckpointerHandle {
     return d;
   }
 
+  // Restores tensors straight into caller memory: `dst` is (name, address,
+  // nbytes) of memory the Python caller keeps alive and does not touch for
+  // the call (a CPU torch tensor's storage, a numpy array's data), exactly
+  // the tensor's size. Returns the manifest.
+  py::dict RestoreInto(const std::string& name, uint32_t rank, uint32_t world_size,
+                       const std::vector<std::tuple<std::string, uintptr_t, size_t>>& dst) {
+    RestoreOptions o;
+    o.rank = rank;
+    o.world_size = world_size;
+    std::vector<TensorDestination> d;
+    d.reserve(dst.size());
+    for (const auto& [tensor, address, nbytes] : dst) {
+      d.push_back({tensor, {reinterpret_cast<std::byte*>(address), nbytes}});
+    }
+    return CheckpointManifestDict(
+        Unwrap(Run([&](Checkpointer& c) { return c.RestoreInto(name, d, o); })));
+  }
+
   py::dict ReadManifest(const std::string& name) {
     return CheckpointManifestDict(
         Unwrap(Run([&](Checkpointer& c) { return c.ReadManifest(name); })));
@@ -939,6 +957,8 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("options"))
       .def("restore", &CheckpointerHandle::Restore, py::arg("name"), py::arg("rank"),
            py::arg("world_size"), py::arg("all_ranks"), py::arg("only"))
+      .def("restore_into", &CheckpointerHandle::RestoreInto, py::arg("name"), py::arg("rank"),
+           py::arg("world_size"), py::arg("dst"))
       .def("read_manifest", &CheckpointerHandle::ReadManifest, py::arg("name"))
       .def("list", &CheckpointerHandle::List)
       .def("latest", &CheckpointerHandle::Latest)

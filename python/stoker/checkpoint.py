@@ -279,13 +279,18 @@ def _path_part(key):
     return key if type(key) is str else str(key) if type(key) is int else repr(key)
 
 
-def _decode(node, tensor):
-    """The structure's value; tensor(name, kind) gives the tensors."""
+def _decode(node, tensor, given=None):
+    """The structure's value; tensor(name, kind) gives the tensors, except those
+    in `given` (name -> object, load(into=...)), which are returned as they are."""
     if type(node) is list:
-        return [_decode(v, tensor) for v in node]
+        return [_decode(v, tensor, given) for v in node]
     if type(node) is not dict:
         return node
     if len(node) == 1 or "requires_grad" in node:
+        if given:
+            for tag in ("tensor", "parameter", "ndarray"):
+                if tag in node and node[tag] in given:
+                    return given[node[tag]]
         if "tensor" in node:
             t = tensor(node["tensor"], "tensor")
             return t.requires_grad_(True) if node.get("requires_grad") else t
@@ -296,17 +301,17 @@ def _decode(node, tensor):
         if "ndarray" in node:
             return tensor(node["ndarray"], "ndarray")
         if "dict" in node:
-            return {_decode(k, tensor): _decode(v, tensor) for k, v in node["dict"]}
+            return {_decode(k, tensor, given): _decode(v, tensor, given) for k, v in node["dict"]}
         if "odict" in node:
-            return collections.OrderedDict((_decode(k, tensor), _decode(v, tensor))
+            return collections.OrderedDict((_decode(k, tensor, given), _decode(v, tensor, given))
                                            for k, v in node["odict"])
         if "tuple" in node:
-            return tuple(_decode(v, tensor) for v in node["tuple"])
+            return tuple(_decode(v, tensor, given) for v in node["tuple"])
         if "float" in node:
             return float(node["float"])
         if "complex" in node:
             re_, im = node["complex"]
-            return complex(_decode(re_, tensor), _decode(im, tensor))
+            return complex(_decode(re_, tensor, given), _decode(im, tensor, given))
         if "bytes" in node:
             return base64.b64decode(node["bytes"])
         if "size" in node:
@@ -321,7 +326,7 @@ def _decode(node, tensor):
             return _torch().device(node["device"])
         if "np" in node:
             dtype, value = node["np"]
-            return _NUMPY_DTYPES[dtype].type(_decode(value, tensor))
+            return _NUMPY_DTYPES[dtype].type(_decode(value, tensor, given))
     raise ValueError(f"stoker checkpoint structure: unknown entry {json.dumps(node)[:200]}")
 
 
@@ -367,16 +372,27 @@ def _torch_dtypes_or_load():
     return _torch_dtypes
 
 
-def _build_state(tensors, device, where):
-    """One rank's state from its restored tensors {name: (dtype, shape, array)}."""
-    if _STRUCTURE not in tensors:  # not written by stoker.save: a flat dict
-        return {name: _restored(name, *t, "tensor", device) for name, t in tensors.items()}
-    doc = json.loads(tensors[_STRUCTURE][2].tobytes())
+def _structure(array, where):
+    """The decoded structure document of a rank, from its uint8 array."""
+    doc = json.loads(array.tobytes())
     if doc.get("format") != _STRUCTURE_FORMAT:
         raise ValueError(f"{where}: tensor {_STRUCTURE!r} is not a stoker state structure")
     if doc.get("version") != _STRUCTURE_VERSION:
         raise ValueError(f"{where}: state structure version {doc.get('version')} is not "
                          f"supported (this stoker reads version {_STRUCTURE_VERSION})")
+    return doc
+
+
+def _build_state(tensors, device, where, doc=None, given=None):
+    """One rank's state from its restored tensors {name: (dtype, shape, array)}
+    (and `given`, the tensors load(into=...) restored in place)."""
+    given = given or {}
+    if doc is None and _STRUCTURE not in tensors:  # not written by stoker.save: a flat dict
+        out = {name: _restored(name, *t, "tensor", device) for name, t in tensors.items()}
+        out.update(given)
+        return out
+    if doc is None:
+        doc = _structure(tensors[_STRUCTURE][2], where)
     made = {}
 
     def tensor(name, kind):
@@ -387,7 +403,100 @@ def _build_state(tensors, device, where):
             made[name] = _restored(name, *tensors[name], kind, device)
         return made[name]
 
-    return _decode(doc["root"], tensor)
+    return _decode(doc["root"], tensor, given)
+
+
+# ---- load(into=...) -----------------------------------------------------------------
+
+
+def _into_targets(node, target, where, out):
+    """Walks a structure node beside `target`, the into= value at the same key
+    path: out[tensor name] gets (where, target) for every tensor of the
+    structure that `target` has a value for."""
+    if type(node) is list or (type(node) is dict and "tuple" in node and len(node) == 1):
+        items = node if type(node) is list else node["tuple"]
+        if isinstance(target, (list, tuple)):
+            for i, v in enumerate(items[:len(target)]):
+                _into_targets(v, target[i], f"{where}[{i}]", out)
+        return
+    if type(node) is not dict:
+        return
+    for tag in ("tensor", "parameter", "ndarray"):
+        if tag in node and (len(node) == 1 or "requires_grad" in node):
+            out.setdefault(node[tag], []).append((where, target))
+            return
+    for tag in ("dict", "odict"):
+        if tag in node and len(node) == 1:
+            if not isinstance(target, collections.abc.Mapping):
+                return
+            for k, v in node[tag]:
+                key = _decode(k, _no_tensor_keys)
+                try:
+                    present = key in target
+                except TypeError:  # an unhashable key cannot be in a dict
+                    present = False
+                if present:
+                    _into_targets(v, target[key], f"{where}[{key!r}]", out)
+            return
+
+
+def _no_tensor_keys(name, kind):
+    raise ValueError(f"stoker checkpoint structure: tensor {name!r} used as a dict key")
+
+
+def _destination(where, target, name, info):
+    """How `target` (the into= value at `where`) takes checkpoint tensor `name`:
+    "direct" (read straight into its memory: (address, nbytes)), "copy"
+    (restored, then copied in: another device, a non-contiguous view), or
+    "empty" (nothing to read). Raises naming both when they do not match."""
+    dtype, shape = info["dtype"], tuple(info["shape"])
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(target, torch.Tensor):
+        _torch()  # the dtype names
+        have = _torch_dtype_name(target.dtype)
+        if have != dtype or tuple(target.shape) != shape:
+            raise ValueError(f"load(into=...): {where} is a {target.dtype} tensor of shape "
+                             f"{list(target.shape)}, the checkpoint's tensor {name!r} is "
+                             f"{dtype} of shape {list(shape)}")
+        if target.numel() == 0:
+            return "empty", None
+        if (target.device.type == "cpu" and target.is_contiguous() and not target.is_conj()
+                and not target.is_neg() and target.layout == torch.strided):
+            return "direct", (target.data_ptr(), target.numel() * target.element_size())
+        return "copy", None
+    if isinstance(target, np.ndarray):
+        have = _NUMPY_NAMES.get(target.dtype)
+        if have != dtype or target.shape != shape:
+            raise ValueError(f"load(into=...): {where} is a numpy array of {target.dtype} and "
+                             f"shape {list(target.shape)}, the checkpoint's tensor {name!r} is "
+                             f"{dtype} of shape {list(shape)}")
+        if not target.flags.writeable:
+            raise ValueError(f"load(into=...): {where} is a read-only numpy array")
+        if target.size == 0:
+            return "empty", None
+        if target.flags.c_contiguous:
+            return "direct", (target.__array_interface__["data"][0], target.nbytes)
+        return "copy", None
+    raise TypeError(f"load(into=...): {where} is a {type(target).__name__}, where the "
+                    f"checkpoint holds tensor {name!r} ({dtype} of shape {list(shape)})")
+
+
+def _same_memory(a, b):
+    """Whether two destinations are the same view of the same memory (tied weights)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.__array_interface__ == b.__array_interface__)
+    return (a.device == b.device and a.data_ptr() == b.data_ptr() and a.dtype == b.dtype
+            and a.shape == b.shape and a.stride() == b.stride())
+
+
+def _copy_into(dest, src):
+    if isinstance(dest, np.ndarray):
+        np.copyto(dest, src if isinstance(src, np.ndarray) else src.numpy())
+        return
+    torch = _torch()
+    with torch.no_grad():
+        dest.copy_(src if isinstance(src, torch.Tensor) else torch.from_numpy(src))
 
 
 def _device(map_location):
@@ -563,7 +672,7 @@ class Checkpointer:
     # -- loading --
 
     def load(self, name=None, *, rank=None, world_size=None, all_ranks=False,
-             map_location=None):
+             map_location=None, into=None):
         """Loads checkpoint `name` (default: the latest); see stoker.load."""
         impl = self._c()
         name = "latest" if name is None else name
@@ -571,8 +680,22 @@ class Checkpointer:
             raise TypeError(f"name must be a str, not {type(name).__name__}")
         all_ranks = _bool("all_ranks", all_ranks)
         device = _device(map_location)
+        if into is not None and all_ranks:
+            raise ValueError("load(into=...) restores this rank's part; it does not combine "
+                             "with all_ranks=True")
+        if into is not None and device is not None:
+            raise ValueError("load(into=...) restores into the tensors where they are; "
+                             "map_location does not apply")
         implicit = rank is None and world_size is None
         rank, world_size, where = _rank_world(rank, world_size)
+        if into is not None:
+            manifest = impl.read_manifest(name)
+            name = manifest["name"]  # not "latest", which may move before the restore
+            if implicit and world_size > 1 and manifest["world_size"] == 1:
+                check_world, rank = 0, 0
+            else:
+                check_world = world_size
+            return self._load_into(impl, manifest, rank, check_world, into)
         if all_ranks:
             check_world = 0
         elif implicit and world_size > 1:
@@ -593,6 +716,69 @@ class Checkpointer:
             return [_build_state(by_rank.get(r, {}), device, f"{where} rank {r}")
                     for r in range(manifest["world_size"])]
         return _build_state(by_rank.get(rank, {}), device, where)
+
+    def _load_into(self, impl, manifest, rank, check_world, into):
+        name = manifest["name"]
+        where = f"{self.uri}: checkpoint {name}"
+        part = next((r for r in manifest["ranks"] if r["rank"] == rank), None)
+        if part is None:  # raises the C++ error naming the rank and world sizes
+            impl.restore(name, rank=rank, world_size=check_world, all_ranks=False, only=[])
+            return {}
+        infos = {t["name"]: t for t in part["tensors"]}
+        doc = None
+        if _STRUCTURE in infos:
+            got = impl.restore(name, rank=rank, world_size=check_world, all_ranks=False,
+                               only=[_STRUCTURE])
+            doc = _structure(got["tensors"][0][4], where)
+            targets = {}
+            _into_targets(doc["root"], into, "into", targets)
+        elif isinstance(into, collections.abc.Mapping):
+            # Written by the C++ API: a flat dict of tensors by name.
+            targets = {k: [(f"into[{k!r}]", v)] for k, v in into.items()
+                       if isinstance(k, str) and k in infos}
+        else:
+            targets = {}
+        if infos and not targets:
+            raise ValueError(f"{where}: load(into=...) found none of the checkpoint's tensors "
+                             f"at the same key paths in `into` (a {type(into).__name__}); "
+                             "its state has the structure stoker.load returns")
+        # Each checkpoint tensor: the first destination that can take it
+        # directly is read into; every other destination is copied from it.
+        direct, direct_dst, copies, given = [], {}, [], {}
+        for tname, dests in targets.items():
+            info = infos.get(tname)
+            if info is None:
+                raise ValueError(f"{where}: the state names tensor {tname!r}, which the "
+                                 "checkpoint does not hold")
+            for dwhere, target in dests:
+                how, span = _destination(dwhere, target, tname, info)
+                if how == "direct" and tname not in direct_dst:
+                    direct.append((tname, span[0], span[1]))
+                    direct_dst[tname] = target
+                elif how != "empty":
+                    copies.append((tname, target))
+            given[tname] = direct_dst.get(tname, dests[0][1])
+        if direct:  # check_world: the C++ side checks world size and rank
+            impl.restore_into(name, rank, check_world, direct)
+        rest = [n for n in infos if n != _STRUCTURE and n not in direct_dst]
+        restored = {}
+        if rest:
+            got = impl.restore(name, rank=rank, world_size=check_world, all_ranks=False,
+                               only=rest)
+            restored = {t[0]: (t[1], t[2], t[4]) for t in got["tensors"]}
+        made = {}
+        for tname, target in copies:
+            if tname in direct_dst:
+                if not _same_memory(target, direct_dst[tname]):
+                    _copy_into(target, direct_dst[tname])
+                continue
+            if tname not in made:
+                made[tname] = _restored(tname, *restored[tname],
+                                        "ndarray" if isinstance(target, np.ndarray) else "tensor",
+                                        None)
+            _copy_into(target, made[tname])
+        others = {n: t for n, t in restored.items() if n not in given}
+        return _build_state(others, None, where, doc=doc, given=given)
 
     # -- the rest --
 
@@ -697,7 +883,8 @@ def save(state_dict, uri, name=None, step=None, async_=False, metadata=None, kee
                                    chunk_bytes=chunk_bytes)
 
 
-def load(uri, name=None, rank=None, world_size=None, all_ranks=False, map_location=None):
+def load(uri, name=None, rank=None, world_size=None, all_ranks=False, map_location=None,
+         into=None):
     """Loads a checkpoint saved by stoker.save, like torch.load.
 
     Args:
@@ -708,9 +895,21 @@ def load(uri, name=None, rank=None, world_size=None, all_ranks=False, map_locati
       all_ranks: a list of every rank's state, indexed by rank.
       map_location: None (CPU tensors sharing the restored memory), or a device
         ("cuda:0", torch.device) to move them to.
+      into: a state with the same structure (e.g. {"model": model.state_dict()}
+        for a checkpoint of {"model": ...}) whose tensors are overwritten in
+        place, as load_state_dict would, without new memory or a second copy:
+        CPU contiguous tensors and numpy arrays are read straight into, others
+        (CUDA, non-contiguous) copied into after the restore. Every such
+        tensor must have the checkpoint's dtype and shape (ValueError naming
+        both otherwise), checked before anything is read. Tensors the
+        checkpoint has and `into` does not come back in new memory; tensors of
+        `into` the checkpoint lacks are left as they are. Returns the state,
+        with `into`'s own tensor objects where they were filled. If the restore
+        fails (a corrupt chunk, say), the error is raised and `into`'s tensors
+        may hold part of the checkpoint.
     """
     return _checkpointer(uri).load(name, rank=rank, world_size=world_size, all_ranks=all_ranks,
-                                   map_location=map_location)
+                                   map_location=map_location, into=into)
 
 
 def release(uri=None):

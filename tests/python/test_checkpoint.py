@@ -260,6 +260,109 @@ def test_model_and_optimizer_round_trip_and_training_continues_identically(root)
     assert info["metadata"] == {"loss": 0.5, "note": "after 5 steps"}
 
 
+# ---- load(into=...): restoring in place -------------------------------------------------
+
+
+def test_load_into_restores_a_model_and_optimizer_in_place(root):
+    model, opt = make_model(0)
+    train(model, opt, 5, seed=10)
+    stoker.save({"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 2}, root,
+                step=5)
+    train(model, opt, 5, seed=11)  # the uninterrupted run
+
+    model2, opt2 = make_model(99)  # other weights: all must come from the checkpoint
+    before = {n: (t.data_ptr(), t) for n, t in model2.state_dict().items()}
+    state = stoker.load(root, into={"model": model2.state_dict()})
+    assert state["epoch"] == 2
+    for n, t in model2.state_dict().items():  # the same memory, now the saved values
+        assert t.data_ptr() == before[n][0], n
+        assert state["model"][n] is before[n][1] or state["model"][n].data_ptr() == before[n][0]
+    opt2.load_state_dict(state["optim"])  # not in `into`: restored into new memory
+    train(model2, opt2, 5, seed=11)
+    for (n, a), b in zip(model.state_dict().items(), model2.state_dict().values()):
+        assert torch.equal(a, b), n
+
+
+def test_load_into_every_dtype_numpy_and_copied_destinations(tmp_path):
+    root = str(tmp_path / "ckpt")
+    gen = torch.Generator().manual_seed(3)
+    saved = {f"t{i}": random_tensor(d, (3, 5), gen) for i, d in enumerate(TORCH_DTYPES)}
+    saved["np"] = np.arange(12, dtype=np.int32).reshape(3, 4)
+    saved["strided"] = torch.arange(20, dtype=torch.float32).reshape(4, 5)
+    saved["empty"] = torch.zeros(0, 3)
+    saved["extra"] = torch.full((2,), 7.0)  # not in `into`: comes back new
+    stoker.save(saved, root, name="c")
+    into = {f"t{i}": torch.zeros((3, 5), dtype=d) for i, d in enumerate(TORCH_DTYPES)}
+    into["np"] = np.zeros((3, 4), dtype=np.int32)
+    into["strided"] = torch.zeros(5, 4).t()  # non-contiguous: restored, then copied in
+    into["empty"] = torch.zeros(0, 3)
+    into["only_here"] = torch.ones(3)  # the checkpoint lacks it: untouched
+    state = stoker.load(root, into=into)
+    for i, _ in enumerate(TORCH_DTYPES):
+        assert state[f"t{i}"] is into[f"t{i}"]
+        assert raw(into[f"t{i}"]) == raw(saved[f"t{i}"]), TORCH_DTYPES[i]
+    assert state["np"] is into["np"] and np.array_equal(into["np"], saved["np"])
+    assert not into["strided"].is_contiguous() and torch.equal(into["strided"], saved["strided"])
+    assert torch.equal(state["extra"], saved["extra"])
+    assert torch.equal(into["only_here"], torch.ones(3)) and "only_here" not in state
+
+
+def test_load_into_refuses_mismatches_before_reading_anything(root):
+    stoker.save({"model": {"w": torch.ones(4, 4), "b": torch.ones(4)}}, root, name="c")
+    w, b = torch.zeros(4, 4), torch.zeros(4)
+    for bad, match in (({"w": torch.zeros(4, 5)}, r"into\['model'\]\['w'\].*shape \[4, 5\]"),
+                       ({"w": torch.zeros(4, 4, dtype=torch.float64)}, r"float64.*'model\.w'"),
+                       ({"w": "not a tensor"}, r"is a str"),
+                       ({"w": np.zeros((4, 4), np.float32)[:, :].copy().view()}, None)):
+        if match is None:  # a read-only numpy array
+            bad["w"].flags.writeable = False
+            match = "read-only"
+        with pytest.raises((ValueError, TypeError), match=match):
+            stoker.load(root, into={"model": {"b": b, **bad}})
+        assert torch.equal(b, torch.zeros(4))  # checked before anything was read
+    with pytest.raises(ValueError, match="found none of the checkpoint's tensors"):
+        stoker.load(root, into={"w": w, "b": b})  # the model's keys, not the checkpoint's
+    with pytest.raises(ValueError, match="all_ranks"):
+        stoker.load(root, into={"model": {"w": w}}, all_ranks=True)
+    stoker.load(root, into={"model": {"w": w, "b": b}})
+    assert torch.equal(w, torch.ones(4, 4)) and torch.equal(b, torch.ones(4))
+
+
+def test_load_into_tied_weights_and_a_flat_checkpoint(tmp_path):
+    root = str(tmp_path / "ckpt")
+    shared = torch.arange(6, dtype=torch.float32)
+    stoker.save({"a": shared, "b": shared, "c": torch.ones(2)}, root, name="tied")
+    a = torch.zeros(6)
+    c = torch.zeros(2)
+    other = torch.zeros(6)
+    state = stoker.load(root, "tied", into={"a": a, "b": a, "c": c})
+    assert torch.equal(a, shared) and state["a"] is a and state["b"] is a
+    stoker.load(root, "tied", into={"a": a, "b": other, "c": c})
+    assert torch.equal(other, shared)  # a second destination of one tensor is copied
+
+    # Written by the C++ API: tensors by name, no structure.
+    ck = stoker.Checkpointer(root)
+    arr = np.arange(6, dtype=np.float32)
+    options = stoker._stoker._SaveOptions(rank=0, world_size=1, chunk_bytes=1 << 20,
+                                          metadata_json="{}", keep_last=0, attempt="",
+                                          commit_timeout_s=10, wait_for_commit=True)
+    ck._c().save("raw", [("layer.w", "float32", [2, 3], arr.__array_interface__["data"][0],
+                          arr.nbytes)], options)
+    dest = torch.zeros(2, 3)
+    back = ck.load("raw", into={"layer.w": dest})
+    assert back["layer.w"] is dest and torch.equal(dest, torch.from_numpy(arr).reshape(2, 3))
+
+
+def test_load_into_a_corrupt_chunk_raises_naming_the_tensor(tmp_path):
+    root = str(tmp_path / "ckpt")
+    stoker.save({"layer4.weight": torch.randn(1 << 18), "small": torch.ones(3)}, root, name="c",
+                chunk_bytes=256 << 10)
+    chunks = sorted(Path(root, "c").rglob("*.chunk"))
+    flip_byte(chunks[2], 7)  # one of the big tensor's own chunks
+    with pytest.raises(stoker.CorruptionError, match=r"tensors layer4\.weight\)"):
+        stoker.load(root, into={"layer4.weight": torch.zeros(1 << 18), "small": torch.zeros(3)})
+
+
 # ---- asynchronous saves ---------------------------------------------------------------
 
 
