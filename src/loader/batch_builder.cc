@@ -93,6 +93,12 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
   }
   thread_local std::vector<uint8_t> scratch;
   for (size_t i = 0; i < n; ++i) {
+    if (s.memory && i + 1 < n) {
+      std::span<const std::byte> next = s.memory(i + 1);
+      if (next.size() <= kPrefetchMaxBytes) {
+        for (size_t o = 0; o < next.size(); o += 64) __builtin_prefetch(next.data() + o);
+      }
+    }
     if (s.check) STOKER_RETURN_IF_ERROR(s.check(i));
     for (size_t c = 0; c < columns.size(); ++c) {
       const ColumnSpec& col = columns[c];

@@ -607,6 +607,10 @@ class LoaderImpl final : public Loader {
       Status st = u.view.VerifySample(e.local_of_sample[first + i]);
       return st.ok() ? st : st.WithContext(store_->uri());
     };
+    s.memory = [&](size_t i) {
+      const ShardUse& u = e.uses[e.use_of_sample[first + i]];
+      return u.view.Record(e.local_of_sample[first + i]);
+    };
     s.count = count;
     s.sample_ids = ids.data();
     s.padding = padding.data();
