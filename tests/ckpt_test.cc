@@ -295,6 +295,62 @@ TEST_P(CkptStoreTest, RestoreEqualsWhatWasSavedForEveryDtype) {
   EXPECT_TRUE(Contains(u.status().message(), "no tensor 'nope'"));
 }
 
+// Restore reads a chunk in pieces: large tensor parts straight into place
+// (cut at 4 MiB), runs of small ones and parts of unwanted tensors through a
+// buffer. Tensors of 6, 6 and 3 MiB among small ones, in chunks of 5 MiB,
+// take every path, and a chunk mixes them.
+TEST_P(CkptStoreTest, LargeAndSmallTensorsRestoreThroughEveryReadPath) {
+  constexpr size_t kScale = 96;  // model.embed.weight and exp_avg: 6 MiB each
+  auto c = MakeCkptContent(21, kScale);
+  SaveOptions o;
+  o.chunk_bytes = 5 << 20;
+  ASSERT_OK(ckpt_->Save("big", c.refs, o));
+  ExpectRestores("big", 21, kScale);
+
+  // A subset: a large tensor that spans chunks and a small one; the parts of
+  // the others in the same chunks are read but not delivered.
+  auto find = [&](const std::string& name) {
+    for (size_t i = 0; i < c.refs.size(); ++i) {
+      if (c.refs[i].name == name) return i;
+    }
+    ADD_FAILURE() << name;
+    return size_t{0};
+  };
+  const size_t big = find("opt.state.0.exp_avg"), small = find("extra.u8");
+  std::vector<std::byte> a(c.refs[big].data.size()), b(c.refs[small].data.size());
+  std::vector<TensorDestination> dst = {{c.refs[big].name, a}, {c.refs[small].name, b}};
+  ASSERT_OK(ckpt_->RestoreInto("big", dst, {}).status());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), c.refs[big].data.begin()));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), c.refs[small].data.begin()));
+
+  // A flipped byte in the middle of the first chunks (the first lies inside
+  // model.embed.weight, read straight into place) and in their last byte:
+  // each caught and named.
+  auto m = ckpt_->ReadManifest("big");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_GE(m->ranks[0].chunks.size(), 3u);
+  for (const ChunkInfo& chunk : {m->ranks[0].chunks[0], m->ranks[0].chunks[1]}) {
+    auto raw = store_->ReadAll(chunk.key);
+    ASSERT_TRUE(raw.ok());
+    for (size_t at : {raw->size() / 2, raw->size() - 1}) {
+      std::vector<std::byte> bad = *raw;
+      bad[at] ^= std::byte{0x04};
+      ASSERT_OK(store_->Put(chunk.key, bad));
+      auto r = ckpt_->Restore("big", {});
+      EXPECT_EQ(r.status().code(), Code::kCorruption) << chunk.key << " at " << at;
+      EXPECT_TRUE(Contains(r.status().message(), chunk.key + ": checksum mismatch"))
+          << r.status().message();
+    }
+    // Truncated by a byte.
+    ASSERT_OK(store_->Put(chunk.key, std::span<const std::byte>(*raw).first(raw->size() - 1)));
+    auto r = ckpt_->Restore("big", {});
+    EXPECT_EQ(r.status().code(), Code::kCorruption);
+    EXPECT_TRUE(Contains(r.status().message(), chunk.key + ": truncated")) << r.status().message();
+    ASSERT_OK(store_->Put(chunk.key, *raw));
+  }
+  ExpectRestores("big", 21, kScale);
+}
+
 TEST_P(CkptStoreTest, AsyncSaveStoresTheValuesOfTheMomentOfTheCall) {
   auto c = MakeCkptContent(8, 4);
   auto h = ckpt_->SaveAsync("step-1", c.refs, Small());

@@ -154,6 +154,28 @@ TEST(FormatBasics, Hash64IsXxh3Seed0) {
   }
 }
 
+TEST(FormatBasics, Hash64StreamEqualsHash64OfTheWhole) {
+  Bytes big = RandomBytes(300000, 11);
+  {
+    Hash64Stream h;
+    EXPECT_EQ(h.Digest(), Hash64({}));  // nothing handed in: the empty input
+  }
+  // Whole inputs of every length class, cut into pieces of sizes that cross
+  // XXH3's internal stripe and block boundaries, empty pieces included.
+  for (size_t len : {0u, 1u, 17u, 240u, 241u, 1024u, 4096u, 65536u, 262144u, 299999u}) {
+    for (size_t piece : {1u, 7u, 64u, 1000u, 1024u, 65536u, 300000u}) {
+      if (piece < 64 && len > 5000) continue;  // keeps the test fast
+      Hash64Stream h;
+      const std::span<const std::byte> all(big.data(), len);
+      for (size_t off = 0; off < len; off += piece) {
+        h.Update(all.subspan(off, std::min(piece, len - off)));
+        h.Update({});
+      }
+      ASSERT_EQ(h.Digest(), Hash64(all)) << len << " in pieces of " << piece;
+    }
+  }
+}
+
 TEST(FormatBasics, IndexEntryBytes) {
   EXPECT_EQ(IndexEntryBytes(1), 24u);
   EXPECT_EQ(IndexEntryBytes(2), 24u);

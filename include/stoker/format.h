@@ -232,4 +232,22 @@ class ShardView {
 // xxh3-64, the checksum of the format (libxxhash).
 uint64_t Hash64(std::span<const std::byte> data);
 
+// Hash64 of bytes handed over in pieces, in order: Update(a), Update(b),
+// Digest() equals Hash64 of a followed by b. Lets a reader check each piece
+// as it lands, while it is still in cache, instead of reading it all back.
+class Hash64Stream {
+ public:
+  Hash64Stream();
+  ~Hash64Stream();
+  Hash64Stream(const Hash64Stream&) = delete;
+  Hash64Stream& operator=(const Hash64Stream&) = delete;
+
+  void Update(std::span<const std::byte> data);
+  uint64_t Digest() const;
+
+ private:
+  void* state_;  // an XXH3_state_t of the implementation picked at run time
+  bool avx2_;
+};
+
 }  // namespace stoker::format

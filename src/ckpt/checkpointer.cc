@@ -930,116 +930,183 @@ class CheckpointerImpl final : public Checkpointer {
     return out;
   }
 
-  // Reads a whole object into `into` as pieces of kReadPiece bytes, all in
-  // flight at once on the worker's queue (made on first use): a cold file
-  // is read with the device's queue depth instead of one readahead window at
-  // a time. Returns the bytes read (short at the object's end).
+  // One read of a chunk: `dst.size()` bytes from `offset` in the chunk's
+  // object into `dst`. A chunk's pieces cover it in order, without gaps.
+  struct Piece {
+    uint64_t offset = 0;
+    std::span<std::byte> dst;
+  };
+
+  // Reads `pieces` of object `key`, all in flight at once on the worker's
+  // queue (made on first use): a cold file is read with the device's queue
+  // depth instead of one readahead window at a time. Each piece is hashed
+  // into `hash` as soon as it and the pieces before it have landed, while
+  // the later ones are still in flight and it is still in cache. Returns the
+  // bytes read in order up to the first short piece (the object's end);
+  // `hash` covers exactly those bytes.
   Result<size_t> ReadPieces(std::unique_ptr<ReadQueue>& queue, const std::string& key,
-                            std::span<std::byte> into) {
-    constexpr size_t kReadPiece = 4ull << 20;  // the size a loader's shard read has
+                            const std::vector<Piece>& pieces, format::Hash64Stream& hash) {
     if (!queue) {
       ReadQueueOptions qo;
       qo.depth = 16;
       STOKER_ASSIGN_OR_RETURN(queue, store_->NewReadQueue(qo));
     }
     std::vector<ReadRequest> requests;
-    for (size_t off = 0; off < into.size(); off += kReadPiece) {
-      requests.push_back(
-          {key, off, into.subspan(off, std::min(kReadPiece, into.size() - off)), requests.size()});
-    }
+    requests.reserve(pieces.size());
+    for (const Piece& p : pieces) requests.push_back({key, p.offset, p.dst, requests.size()});
     STOKER_RETURN_IF_ERROR(queue->Submit(requests));
     std::vector<ReadCompletion> done;
     done.reserve(requests.size());
+    // landed[i]: piece i's bytes, or -1 while it is in flight.
+    std::vector<int64_t> landed(requests.size(), -1);
+    size_t hashed = 0;        // pieces hashed, in order
+    bool short_read = false;  // a piece ended early: the object ends there
+    size_t total = 0;
+    Status first;
     while (done.size() < requests.size()) {
       // The store's own operation timeout bounds each read (RADOS: 30 s);
       // this deadline only keeps a stuck backend from hanging forever.
+      const size_t before = done.size();
       STOKER_ASSIGN_OR_RETURN(size_t got,
-                              queue->Wait(requests.size() - done.size(),
-                                          Clock::now() + std::chrono::minutes(10), &done));
+                              queue->Wait(1, Clock::now() + std::chrono::minutes(10), &done));
       (void)got;
-    }
-    size_t total = 0;
-    Status first;
-    for (const ReadCompletion& c : done) {
-      if (!c.status.ok() && first.ok()) first = c.status;
-      total += c.bytes;
+      for (size_t k = before; k < done.size(); ++k) {
+        const ReadCompletion& c = done[k];
+        if (!c.status.ok() && first.ok()) first = c.status;
+        landed[c.tag] = c.status.ok() ? int64_t(c.bytes) : 0;
+      }
+      while (first.ok() && !short_read && hashed < requests.size() && landed[hashed] >= 0) {
+        const size_t n = size_t(landed[hashed]);
+        hash.Update(requests[hashed].dst.first(n));
+        total += n;
+        short_read = n < requests[hashed].dst.size();
+        ++hashed;
+      }
     }
     if (!first.ok()) return first;
     return total;
   }
 
   // Reads the chunks under `wanted` into `dst` (one span per tensor), every
-  // chunk checked before its bytes count. A chunk that lies inside one
-  // wanted tensor is read straight into place; others through a buffer.
+  // chunk checked before its bytes count. A chunk is read in pieces straight
+  // into the tensors it holds, so a restore touches no memory but theirs;
+  // runs of small tensors (and bytes of tensors not wanted) are read as one
+  // piece into a buffer and copied out once the chunk is verified, so a
+  // chunk of many small tensors is still a few large reads.
   Status ReadTensors(const CheckpointManifest& m, const std::vector<const TensorInfo*>& wanted,
                      const std::vector<std::span<std::byte>>& dst) {
+    constexpr size_t kReadPiece = 4ull << 20;   // the size a loader's shard read has
+    constexpr size_t kDirectMin = 256ull << 10; // smaller tensor parts go through the buffer
     struct Job {
       const RankPart* part;
       const ChunkInfo* chunk;
-      std::byte* direct = nullptr;  // read straight here, or...
-      std::vector<size_t> tensors;  // ...copy out to these (indices into wanted)
     };
-    std::map<std::pair<uint32_t, size_t>, Job> jobs;  // (rank, chunk) in order
+    std::set<std::pair<uint32_t, size_t>> keys;  // (rank, chunk) in order
+    std::unordered_map<const TensorInfo*, size_t> wanted_index;
     for (size_t i = 0; i < wanted.size(); ++i) {
       const TensorInfo& t = *wanted[i];
+      wanted_index.emplace(&t, i);
       if (t.bytes == 0) continue;
       const RankPart& p = m.ranks[t.rank];
       auto first = std::upper_bound(p.chunks.begin(), p.chunks.end(), t.offset,
                                     [](uint64_t o, const ChunkInfo& c) { return o < c.offset; });
       for (auto c = std::prev(first); c != p.chunks.end() && c->offset < t.offset + t.bytes; ++c) {
-        Job& j = jobs[{t.rank, static_cast<size_t>(c - p.chunks.begin())}];
-        j.part = &p;
-        j.chunk = &*c;
-        j.tensors.push_back(i);
+        keys.emplace(t.rank, static_cast<size_t>(c - p.chunks.begin()));
       }
     }
-    std::vector<Job*> order;
-    for (auto& [k, j] : jobs) {
-      if (j.tensors.size() == 1) {
-        const TensorInfo& t = *wanted[j.tensors[0]];
-        if (j.chunk->offset >= t.offset && j.chunk->offset + j.chunk->bytes <= t.offset + t.bytes) {
-          j.direct = dst[j.tensors[0]].data() + (j.chunk->offset - t.offset);
-        }
-      }
-      order.push_back(&j);
-    }
-    std::vector<Scratch> scratch(Workers(order.size(), opt_.io_threads));
+    std::vector<Job> jobs;
+    for (const auto& [rank, c] : keys) jobs.push_back({&m.ranks[rank], &m.ranks[rank].chunks[c]});
+    std::vector<Scratch> scratch(Workers(jobs.size(), opt_.io_threads));
     std::vector<std::unique_ptr<ReadQueue>> queues(scratch.size());
-    return ParallelFor(order.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
-      Job& j = *order[n];
-      std::span<std::byte> into;
-      if (j.direct != nullptr) {
-        into = {j.direct, j.chunk->bytes};
-      } else {
-        into = {scratch[w].Get(j.chunk->bytes), j.chunk->bytes};
+    return ParallelFor(jobs.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
+      const Job& j = jobs[n];
+      const ChunkInfo& chunk = *j.chunk;
+      // The chunk as segments, one per tensor part it holds, in order; each
+      // goes straight to its tensor or through the buffer.
+      struct Part {
+        uint64_t at;        // in the chunk
+        uint64_t bytes;
+        std::byte* target;  // where its bytes belong; null: not wanted
+        bool direct;
+      };
+      std::vector<Part> segments;
+      uint64_t buffered = 0;
+      const auto& ts = j.part->tensors;
+      auto t = std::upper_bound(ts.begin(), ts.end(), chunk.offset,
+                                [](uint64_t o, const TensorInfo& x) { return o < x.offset; });
+      if (t != ts.begin()) --t;
+      for (; t != ts.end() && t->offset < chunk.offset + chunk.bytes; ++t) {
+        const uint64_t lo = std::max(t->offset, chunk.offset);
+        const uint64_t hi = std::min(t->offset + t->bytes, chunk.offset + chunk.bytes);
+        if (hi <= lo) continue;
+        auto it = wanted_index.find(&*t);
+        std::byte* target =
+            it == wanted_index.end() ? nullptr : dst[it->second].data() + (lo - t->offset);
+        const bool direct = target != nullptr && hi - lo >= kDirectMin;
+        segments.push_back({lo - chunk.offset, hi - lo, target, direct});
+        if (!direct) buffered += hi - lo;
+      }
+      // Pieces: direct segments cut at kReadPiece; runs of buffered segments
+      // laid out one after the other in the buffer and read together.
+      std::byte* buffer = buffered > 0 ? scratch[w].Get(buffered) : nullptr;
+      std::vector<Piece> pieces;
+      struct CopyOut {
+        const std::byte* from;
+        std::byte* to;
+        uint64_t bytes;
+      };
+      std::vector<CopyOut> copies;
+      uint64_t covered = 0;  // the chunk's bytes given to pieces so far
+      uint64_t used = 0;     // the buffer's bytes given out so far
+      auto add = [&](std::byte* into, uint64_t bytes) {
+        for (uint64_t o = 0; o < bytes; o += kReadPiece) {
+          const uint64_t len = std::min<uint64_t>(kReadPiece, bytes - o);
+          pieces.push_back({covered + o, {into + o, static_cast<size_t>(len)}});
+        }
+        covered += bytes;
+      };
+      for (size_t i = 0; i < segments.size();) {
+        if (segments[i].direct) {
+          add(segments[i].target, segments[i].bytes);
+          ++i;
+          continue;
+        }
+        uint64_t run = 0;
+        std::byte* start = buffer + used;
+        for (; i < segments.size() && !segments[i].direct; ++i) {
+          if (segments[i].target != nullptr) {
+            copies.push_back({start + run, segments[i].target, segments[i].bytes});
+          }
+          run += segments[i].bytes;
+        }
+        add(start, run);
+        used += run;
       }
       auto tensors = [&] {
         return " (rank " + std::to_string(j.part->rank) + ", tensors " +
-               Join(TensorsIn(*j.part, j.chunk->offset, j.chunk->bytes)) + ")";
+               Join(TensorsIn(*j.part, chunk.offset, chunk.bytes)) + ")";
       };
-      auto got = ReadPieces(queues[w], j.chunk->key, into);
+      if (covered != chunk.bytes) {
+        return Corruption(KeyUri(chunk.key) + ": its tensors cover " + std::to_string(covered) +
+                          " of its " + std::to_string(chunk.bytes) + " bytes" + tensors());
+      }
+      format::Hash64Stream hash;
+      auto got = ReadPieces(queues[w], chunk.key, pieces, hash);
       if (!got.ok()) {
         const Status& s = got.status();
         if (s.code() == Code::kNotFound) {
-          return NotFound(KeyUri(j.chunk->key) + ": chunk missing" + tensors());
+          return NotFound(KeyUri(chunk.key) + ": chunk missing" + tensors());
         }
         return Status(s.code(), s.message() + tensors(), s.retryable());
       }
-      if (*got != j.chunk->bytes) {
-        return Corruption(KeyUri(j.chunk->key) + ": truncated: " + std::to_string(*got) +
-                          " bytes, the manifest says " + std::to_string(j.chunk->bytes) +
-                          tensors());
+      if (*got != chunk.bytes) {
+        return Corruption(KeyUri(chunk.key) + ": truncated: " + std::to_string(*got) +
+                          " bytes, the manifest says " + std::to_string(chunk.bytes) + tensors());
       }
-      if (format::Hash64(into) != j.chunk->hash) {
-        return Corruption(KeyUri(j.chunk->key) + ": checksum mismatch" + tensors());
+      if (hash.Digest() != chunk.hash) {
+        return Corruption(KeyUri(chunk.key) + ": checksum mismatch" + tensors());
       }
-      if (j.direct != nullptr) return Status::Ok();
-      for (size_t i : j.tensors) {
-        const TensorInfo& t = *wanted[i];
-        const uint64_t lo = std::max(t.offset, j.chunk->offset);
-        const uint64_t hi = std::min(t.offset + t.bytes, j.chunk->offset + j.chunk->bytes);
-        std::memcpy(dst[i].data() + (lo - t.offset), into.data() + (lo - j.chunk->offset), hi - lo);
-      }
+      for (const CopyOut& c : copies) std::memcpy(c.to, c.from, c.bytes);
       return Status::Ok();
     });
   }

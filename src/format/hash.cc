@@ -1,6 +1,8 @@
 // The format's checksum and hex helpers. docs/format.md, conventions.
 #include <xxhash.h>
 
+#include <new>
+
 #include "format/coding.h"
 #include "stoker/format.h"
 
@@ -9,16 +11,72 @@ namespace stoker::format {
 namespace internal {
 #if defined(__x86_64__)
 uint64_t Hash64Avx2(const void* data, size_t size);
+void* Hash64Avx2NewState();
+void Hash64Avx2Update(void* state, const void* data, size_t size);
+uint64_t Hash64Avx2Digest(const void* state);
+void Hash64Avx2FreeState(void* state);
 #endif
 }  // namespace internal
 
-uint64_t Hash64(std::span<const std::byte> data) {
+namespace {
+bool UseAvx2() {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return internal::Hash64Avx2(data.data(), data.size());
+  return avx2;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+uint64_t Hash64(std::span<const std::byte> data) {
+#if defined(__x86_64__)
+  if (UseAvx2()) return internal::Hash64Avx2(data.data(), data.size());
 #endif
   // XXH3_64bits accepts (nullptr, 0).
   return XXH3_64bits(data.data(), data.size());
+}
+
+Hash64Stream::Hash64Stream() : avx2_(UseAvx2()) {
+#if defined(__x86_64__)
+  if (avx2_) {
+    state_ = internal::Hash64Avx2NewState();
+  } else
+#endif
+  {
+    XXH3_state_t* s = XXH3_createState();
+    if (s != nullptr) XXH3_64bits_reset(s);
+    state_ = s;
+  }
+  if (state_ == nullptr) throw std::bad_alloc();
+}
+
+Hash64Stream::~Hash64Stream() {
+#if defined(__x86_64__)
+  if (avx2_) {
+    internal::Hash64Avx2FreeState(state_);
+    return;
+  }
+#endif
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
+
+void Hash64Stream::Update(std::span<const std::byte> data) {
+  if (data.empty()) return;
+#if defined(__x86_64__)
+  if (avx2_) {
+    internal::Hash64Avx2Update(state_, data.data(), data.size());
+    return;
+  }
+#endif
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size());
+}
+
+uint64_t Hash64Stream::Digest() const {
+#if defined(__x86_64__)
+  if (avx2_) return internal::Hash64Avx2Digest(state_);
+#endif
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
 }
 
 namespace internal {
