@@ -6,11 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "loader/batch_builder.h"
 #include "stoker/bench.h"
 #include "stoker/pack.h"
 #include "testutil.h"
@@ -235,6 +237,28 @@ TEST(LoaderTest, SelectedFieldsOnly) {
   EXPECT_EQ(b->bytes("image"), nullptr);
   ASSERT_NE(b->int64("label"), nullptr);
   EXPECT_EQ(b->int64("label")->values.size(), 8u);
+}
+
+// The collate copy (streaming stores): every length and alignment of source
+// and destination copies exactly its bytes, and nothing either side.
+TEST(LoaderTest, StreamCopyCopiesExactlyItsBytesAtAnyAlignment) {
+  const std::vector<std::byte> src = RandomBytes(80000, 7);
+  std::vector<std::byte> dst(80000 + 256);
+  for (size_t n : {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 70001}) {
+    for (size_t d = 0; d < 19; ++d) {
+      for (size_t so : {0, 1, 7, 16, 33}) {
+        std::fill(dst.begin(), dst.end(), std::byte{0xA5});
+        StreamCopy(dst.data() + 64 + d, src.data() + so, n);
+        StreamFence();
+        ASSERT_EQ(std::memcmp(dst.data() + 64 + d, src.data() + so, n), 0)
+            << "n " << n << " dst offset " << d << " src offset " << so;
+        for (size_t k = 0; k < 64 + d; ++k) ASSERT_EQ(dst[k], std::byte{0xA5}) << "before, n " << n;
+        for (size_t k = 64 + d + n; k < dst.size(); ++k) {
+          ASSERT_EQ(dst[k], std::byte{0xA5}) << "after, n " << n;
+        }
+      }
+    }
+  }
 }
 
 TEST(LoaderTest, BatchOutlivesItsLoaderAndShutdownMidEpochIsClean) {

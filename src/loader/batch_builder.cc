@@ -1,10 +1,47 @@
 #include "loader/batch_builder.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "stoker/gpu.h"
 
 namespace stoker {
+
+void StreamCopy(std::byte* dst, const std::byte* src, size_t n) {
+#if defined(__x86_64__)
+  size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  head = std::min(head, n);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+void StreamFence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
 
 const Batch::BytesColumn* Batch::bytes(std::string_view name) const {
   for (const auto& c : bytes_) {
@@ -92,6 +129,7 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
     offsets[c] = reinterpret_cast<uint64_t*>(base + column_offset[c]);
   }
   thread_local std::vector<uint8_t> scratch;
+  bool streamed = false;
   for (size_t i = 0; i < n; ++i) {
     if (s.memory && i + 1 < n) {
       std::span<const std::byte> next = s.memory(i + 1);
@@ -112,11 +150,19 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
         std::memcpy(at + i * sizeof(int64_t), v.data(), sizeof(int64_t));
       } else {
         offsets[c][i] = pos[c];
-        if (!v.empty()) std::memcpy(base + column_data_offset[c] + pos[c], v.data(), v.size());
+        if (v.size() >= kStreamMinBytes) {
+          StreamCopy(base + column_data_offset[c] + pos[c], v.data(), v.size());
+          streamed = true;
+        } else if (!v.empty()) {
+          std::memcpy(base + column_data_offset[c] + pos[c], v.data(), v.size());
+        }
         pos[c] += v.size();
       }
     }
   }
+  // Streamed stores are weakly ordered: make them visible before the batch
+  // is handed to another thread or to the GPU.
+  if (streamed) StreamFence();
   for (size_t c = 0; c < columns.size(); ++c) {
     const ColumnSpec& col = columns[c];
     std::byte* at = base + column_offset[c];
