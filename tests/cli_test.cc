@@ -107,6 +107,16 @@ TEST(CliTest, BenchLoaderReportsTheFiguresAsJson) {
   auto limited = Stoker("bench loader --json --samples 16 --batch-size 8 " + ds);
   ASSERT_EQ(limited.code, 0) << limited.out;
   EXPECT_EQ(nlohmann::json::parse(limited.out)["samples"], 16);
+  // Several epochs in one process, the loader and the per-file baseline alike.
+  auto epochs = Stoker("bench loader --json --epochs 3 --batch-size 8 " + ds);
+  ASSERT_EQ(epochs.code, 0) << epochs.out;
+  EXPECT_EQ(nlohmann::json::parse(epochs.out)["samples"], 180);
+  auto files =
+      Stoker("bench files --json --epochs 3 --batch-size 8 " + (d.path() / "src").string());
+  ASSERT_EQ(files.code, 0) << files.out;
+  auto fj = nlohmann::json::parse(files.out);
+  EXPECT_EQ(fj["samples"], 180);
+  EXPECT_EQ(fj["bytes_delivered"], 3 * j["bytes_delivered"].get<uint64_t>()) << files.out;
 }
 
 TEST(CliTest, ErrorsNameWhatAndWhere) {

@@ -108,6 +108,7 @@ void RegisterBenchFiles(CLI::App* bench, Action* action) {
   struct Args {
     std::string src;
     uint64_t samples = 0;
+    uint32_t epochs = 1;
     bool json = false;
     LoaderFlags flags;
   };
@@ -115,8 +116,9 @@ void RegisterBenchFiles(CLI::App* bench, Action* action) {
   auto* cmd = bench->add_subcommand(
       "files", "The per-file baseline: read an ImageFolder tree (or list) one file per sample");
   cmd->add_option("SRC", args->src, "ImageFolder root or 'PATH LABEL' list file")->required();
-  cmd->add_option("--samples", args->samples, "Stop after this many samples (0 = one epoch)")
+  cmd->add_option("--samples", args->samples, "Stop after this many samples (0 = whole epochs)")
       ->capture_default_str();
+  cmd->add_option("--epochs", args->epochs, "Epochs to read")->capture_default_str();
   cmd->add_flag("--json", args->json, "Machine-readable output");
   args->flags.Add(cmd);
   cmd->callback([args, action] {
@@ -126,11 +128,18 @@ void RegisterBenchFiles(CLI::App* bench, Action* action) {
       auto sources = ScanSources(args->src);
       if (!sources.ok()) return Fail(sources.status());
       std::unique_ptr<PerFileLoader> loader;  // opened inside the measurement
+      uint64_t epoch = 0;
       auto next = [&]() -> Result<Batch> {
         if (!loader) {
           STOKER_ASSIGN_OR_RETURN(loader, PerFileLoader::Open(*sources, args->flags.options));
         }
-        return loader->Next();
+        while (true) {
+          auto b = loader->Next();
+          if (b.ok() || b.status().code() != Code::kOutOfRange || epoch + 1 >= args->epochs) {
+            return b;
+          }
+          STOKER_RETURN_IF_ERROR(loader->StartEpoch(++epoch));
+        }
       };
       auto run = MeasureLoader(next, args->samples,
                                [&] { return loader ? loader->bytes_read() : uint64_t{0}; });
