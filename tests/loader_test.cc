@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "loader/batch_builder.h"
+#include "loader/resize.h"
 #include "stoker/bench.h"
 #include "stoker/pack.h"
 #include "testutil.h"
@@ -237,6 +238,56 @@ TEST(LoaderTest, SelectedFieldsOnly) {
   EXPECT_EQ(b->bytes("image"), nullptr);
   ASSERT_NE(b->int64("label"), nullptr);
   EXPECT_EQ(b->int64("label")->values.size(), 8u);
+}
+
+// The decode workers' resize against bilinear in floating point (half-pixel
+// centres, edges clamped): within one grey level for every shape, the
+// degenerate ones (one row or column, on either side) included.
+TEST(LoaderTest, ResizeIsBilinearWithinOneLevel) {
+  auto reference = [](const uint8_t* src, uint32_t sh, uint32_t sw, uint32_t dh, uint32_t dw) {
+    std::vector<uint8_t> out(size_t(dh) * dw * 3);
+    auto tap = [](uint32_t i, uint32_t n, uint32_t d, uint32_t* i0, uint32_t* i1, float* w) {
+      float f = (float(i) + 0.5f) * float(n) / float(d) - 0.5f;
+      if (f < 0) f = 0;
+      *i0 = std::min<uint32_t>(uint32_t(f), n - 1);
+      *i1 = std::min<uint32_t>(*i0 + 1, n - 1);
+      *w = f - float(*i0);
+    };
+    for (uint32_t y = 0; y < dh; ++y) {
+      uint32_t y0, y1, x0, x1;
+      float wy, wx;
+      tap(y, sh, dh, &y0, &y1, &wy);
+      for (uint32_t x = 0; x < dw; ++x) {
+        tap(x, sw, dw, &x0, &x1, &wx);
+        for (int c = 0; c < 3; ++c) {
+          auto px = [&](uint32_t yy, uint32_t xx) {
+            return float(src[(size_t(yy) * sw + xx) * 3 + c]);
+          };
+          const float top = px(y0, x0) + (px(y0, x1) - px(y0, x0)) * wx;
+          const float bot = px(y1, x0) + (px(y1, x1) - px(y1, x0)) * wx;
+          out[(size_t(y) * dw + x) * 3 + c] = uint8_t(top + (bot - top) * wy + 0.5f);
+        }
+      }
+    }
+    return out;
+  };
+  uint64_t seed = 1;
+  auto next = [&] {
+    return uint32_t((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33);
+  };
+  for (int t = 0; t < 200; ++t) {
+    const uint32_t sh = 1 + next() % (t < 40 ? 3 : 500), sw = 1 + next() % (t % 2 ? 3 : 500);
+    const uint32_t dh = 1 + next() % (t % 3 ? 260 : 3), dw = 1 + next() % 260;
+    const std::vector<std::byte> bytes = RandomBytes(size_t(sh) * sw * 3, t + 1);
+    const auto* src = reinterpret_cast<const uint8_t*>(bytes.data());
+    std::vector<uint8_t> got(size_t(dh) * dw * 3);
+    ResizeBilinear(src, sh, sw, got.data(), dh, dw);
+    const std::vector<uint8_t> want = reference(src, sh, sw, dh, dw);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_LE(std::abs(int(got[i]) - int(want[i])), 1)
+          << sh << "x" << sw << " -> " << dh << "x" << dw << " at " << i;
+    }
+  }
 }
 
 // The collate copy (streaming stores): every length and alignment of source

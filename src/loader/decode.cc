@@ -1,7 +1,11 @@
 // JPEG decode (libturbojpeg) and bilinear resize, run by the collate workers.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "loader/resize.h"
 #include "stoker/loader.h"
 
 #ifdef STOKER_HAVE_TURBOJPEG
@@ -9,53 +13,107 @@
 #endif
 
 namespace stoker {
-namespace {
 
-// Refuse images whose header claims more pixels than any real training
-// image has (a corrupt header must not become a multi-GiB allocation).
-constexpr uint64_t kMaxPixels = 1ull << 28;
-
-// Bilinear resize with half-pixel centres (align_corners=False), the
-// convention of torchvision and PIL for upscaling.
 void ResizeBilinear(const uint8_t* src, uint32_t sh, uint32_t sw, uint8_t* dst, uint32_t dh,
                     uint32_t dw) {
   if (sh == dh && sw == dw) {
     std::memcpy(dst, src, size_t(sh) * sw * 3);
     return;
   }
-  const float sy = float(sh) / float(dh), sx = float(sw) / float(dw);
-  thread_local std::vector<uint32_t> x0s, x1s;
-  thread_local std::vector<float> fxs;
-  x0s.resize(dw);
-  x1s.resize(dw);
-  fxs.resize(dw);
-  for (uint32_t x = 0; x < dw; ++x) {
-    float fx = (float(x) + 0.5f) * sx - 0.5f;
-    if (fx < 0) fx = 0;
-    uint32_t x0 = std::min<uint32_t>(uint32_t(fx), sw - 1);
-    x0s[x] = x0 * 3;
-    x1s[x] = std::min<uint32_t>(x0 + 1, sw - 1) * 3;
-    fxs[x] = fx - float(x0);
-  }
-  for (uint32_t y = 0; y < dh; ++y) {
-    float fy = (float(y) + 0.5f) * sy - 0.5f;
-    if (fy < 0) fy = 0;
-    uint32_t y0 = std::min<uint32_t>(uint32_t(fy), sh - 1);
-    uint32_t y1 = std::min<uint32_t>(y0 + 1, sh - 1);
-    float wy = fy - float(y0);
-    const uint8_t* r0 = src + size_t(y0) * sw * 3;
-    const uint8_t* r1 = src + size_t(y1) * sw * 3;
-    uint8_t* out = dst + size_t(y) * dw * 3;
-    for (uint32_t x = 0; x < dw; ++x) {
-      const float wx = fxs[x];
-      for (int ch = 0; ch < 3; ++ch) {
-        float top = r0[x0s[x] + ch] + (r0[x1s[x] + ch] - r0[x0s[x] + ch]) * wx;
-        float bot = r1[x0s[x] + ch] + (r1[x1s[x] + ch] - r1[x0s[x] + ch]) * wx;
-        out[x * 3 + ch] = uint8_t(top + (bot - top) * wy + 0.5f);
+  if (sh < 2 || sw < 2) {
+    // One source row or column: doubled, so that both taps of every output
+    // pixel exist; equal pixels blend to themselves.
+    const uint32_t h2 = std::max(sh, 2u), w2 = std::max(sw, 2u);
+    std::vector<uint8_t> wide(size_t(h2) * w2 * 3);
+    for (uint32_t y = 0; y < h2; ++y) {
+      for (uint32_t x = 0; x < w2; ++x) {
+        const uint8_t* p = src + (size_t(std::min(y, sh - 1)) * sw + std::min(x, sw - 1)) * 3;
+        std::memcpy(wide.data() + (size_t(y) * w2 + x) * 3, p, 3);
       }
+    }
+    ResizeBilinear(wide.data(), h2, w2, dst, dh, dw);
+    return;
+  }
+  // Where output coordinate i samples, as (first source index, weight of
+  // the next one in 1/256).
+  // Past the last source index, the last one with all the weight: as the
+  // one before it plus a whole next one, so that both taps always exist.
+  auto taps = [](uint32_t i, float scale, uint32_t n, uint32_t* first, uint32_t* w) {
+    float f = (float(i) + 0.5f) * scale - 0.5f;
+    if (f < 0) f = 0;
+    const uint32_t i0 = std::min<uint32_t>(uint32_t(f), n - 1);
+    if (i0 + 1 < n) {
+      *first = i0;
+      *w = uint32_t((f - float(i0)) * 256.0f + 0.5f);
+    } else {
+      *first = n - 2;
+      *w = 256;
+    }
+  };
+  const float sy = float(sh) / float(dh), sx = float(sw) / float(dw);
+  const size_t row = size_t(dw) * 3;
+  thread_local std::vector<uint32_t> xs, wxs;
+  thread_local std::vector<uint16_t> rows;  // two horizontally resampled rows
+  xs.resize(dw);
+  wxs.resize(dw);
+  rows.resize(2 * row);
+  for (uint32_t x = 0; x < dw; ++x) {
+    uint32_t x0, w;
+    taps(x, sx, sw, &x0, &w);
+    xs[x] = x0 * 3;
+    wxs[x] = w;
+  }
+  auto resample = [&](uint32_t y, uint16_t* out) {
+    const uint8_t* r = src + size_t(y) * sw * 3;
+    for (uint32_t x = 0; x < dw; ++x) {
+      const uint8_t* p = r + xs[x];
+      const uint32_t w1 = wxs[x], w0 = 256 - w1;
+      out[3 * x] = uint16_t(p[0] * w0 + p[3] * w1);
+      out[3 * x + 1] = uint16_t(p[1] * w0 + p[4] * w1);
+      out[3 * x + 2] = uint16_t(p[2] * w0 + p[5] * w1);
+    }
+  };
+  // The source rows held in rows[0..row) and rows[row..2 row).
+  int64_t held[2] = {-1, -1};
+  auto get = [&](uint32_t y) -> const uint16_t* {
+    for (int k = 0; k < 2; ++k) {
+      if (held[k] == int64_t(y)) return rows.data() + k * row;
+    }
+    // Replace the row that is not the other one asked for: rows are asked
+    // for in increasing order, so the older (smaller) one goes.
+    const int k = held[0] < held[1] ? 0 : 1;
+    resample(y, rows.data() + k * row);
+    held[k] = y;
+    return rows.data() + k * row;
+  };
+  for (uint32_t y = 0; y < dh; ++y) {
+    uint32_t y0, wy;
+    taps(y, sy, sh, &y0, &wy);
+    uint8_t* out = dst + size_t(y) * row;
+    const uint16_t* a = get(y0);
+    if (wy == 0) {
+      for (size_t i = 0; i < row; ++i) out[i] = uint8_t((a[i] + 128u) >> 8);
+      continue;
+    }
+    if (wy == 256) {
+      const uint16_t* b = get(y0 + 1);
+      for (size_t i = 0; i < row; ++i) out[i] = uint8_t((b[i] + 128u) >> 8);
+      continue;
+    }
+    // Fetching y0 + 1 replaces the older row, never y0's.
+    const uint16_t* b = get(y0 + 1);
+    const uint32_t w1 = wy, w0 = 256 - wy;
+    for (size_t i = 0; i < row; ++i) {
+      out[i] = uint8_t((uint32_t(a[i]) * w0 + uint32_t(b[i]) * w1 + 32768u) >> 16);
     }
   }
 }
+
+namespace {
+
+// Refuse images whose header claims more pixels than any real training
+// image has (a corrupt header must not become a multi-GiB allocation).
+constexpr uint64_t kMaxPixels = 1ull << 28;
 
 #ifdef STOKER_HAVE_TURBOJPEG
 struct TjHandle {
