@@ -336,6 +336,14 @@ class UringReadQueue final : public ReadQueue {
       const size_t n = std::min(op.main - op.done, kMaxReadChunk);
       io_uring_prep_read(sqe, op.file->fd, op.dst.data() + op.done, static_cast<unsigned>(n),
                          op.offset + op.done);
+      // A buffered read of cached pages would otherwise be served inline,
+      // in this one submitting thread (the loader's reader): the kernel's
+      // copies of every hot shard on one core. IOSQE_ASYNC hands each read to
+      // io_uring's worker threads, so hot copies run on every core (this VM,
+      // 2 vCPUs, 1 GB of hot 4 MiB shards, 3 epochs: 2,296 -> 3,000 MB/s
+      // median of 3; cold unchanged or better, 977 -> 1,086). Direct reads
+      // never hit the page cache and stay inline-submitted.
+      if (!direct_) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     } else {
       if (op.bounce == nullptr) {
         op.bounce =
