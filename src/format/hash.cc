@@ -11,10 +11,8 @@ namespace stoker::format {
 namespace internal {
 #if defined(__x86_64__)
 uint64_t Hash64Avx2(const void* data, size_t size);
-void* Hash64Avx2NewState();
 void Hash64Avx2Update(void* state, const void* data, size_t size);
 uint64_t Hash64Avx2Digest(const void* state);
-void Hash64Avx2FreeState(void* state);
 #endif
 }  // namespace internal
 
@@ -37,29 +35,16 @@ uint64_t Hash64(std::span<const std::byte> data) {
   return XXH3_64bits(data.data(), data.size());
 }
 
+// The state is the same struct whichever code updates it; only the
+// accumulation differs.
 Hash64Stream::Hash64Stream() : avx2_(UseAvx2()) {
-#if defined(__x86_64__)
-  if (avx2_) {
-    state_ = internal::Hash64Avx2NewState();
-  } else
-#endif
-  {
-    XXH3_state_t* s = XXH3_createState();
-    if (s != nullptr) XXH3_64bits_reset(s);
-    state_ = s;
-  }
-  if (state_ == nullptr) throw std::bad_alloc();
+  XXH3_state_t* s = XXH3_createState();
+  if (s == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(s);
+  state_ = s;
 }
 
-Hash64Stream::~Hash64Stream() {
-#if defined(__x86_64__)
-  if (avx2_) {
-    internal::Hash64Avx2FreeState(state_);
-    return;
-  }
-#endif
-  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
-}
+Hash64Stream::~Hash64Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
 
 void Hash64Stream::Update(std::span<const std::byte> data) {
   if (data.empty()) return;

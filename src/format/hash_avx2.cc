@@ -12,17 +12,11 @@ namespace stoker::format::internal {
 
 uint64_t Hash64Avx2(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
-void* Hash64Avx2NewState() {
-  XXH3_state_t* s = XXH3_createState();
-  if (s != nullptr) XXH3_64bits_reset(s);
-  return s;
-}
 void Hash64Avx2Update(void* state, const void* data, size_t size) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
 }
 uint64_t Hash64Avx2Digest(const void* state) {
   return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
 }
-void Hash64Avx2FreeState(void* state) { XXH3_freeState(static_cast<XXH3_state_t*>(state)); }
 
 }  // namespace stoker::format::internal

@@ -35,9 +35,8 @@ void ResizeBilinear(const uint8_t* src, uint32_t sh, uint32_t sw, uint8_t* dst, 
     return;
   }
   // Where output coordinate i samples, as (first source index, weight of
-  // the next one in 1/256).
-  // Past the last source index, the last one with all the weight: as the
-  // one before it plus a whole next one, so that both taps always exist.
+  // the next one in 1/256). Past the last source index: the one before it
+  // with weight 256 on the last, so that both taps always exist.
   auto taps = [](uint32_t i, float scale, uint32_t n, uint32_t* first, uint32_t* w) {
     float f = (float(i) + 0.5f) * scale - 0.5f;
     if (f < 0) f = 0;
@@ -91,17 +90,7 @@ void ResizeBilinear(const uint8_t* src, uint32_t sh, uint32_t sw, uint8_t* dst, 
     taps(y, sy, sh, &y0, &wy);
     uint8_t* out = dst + size_t(y) * row;
     const uint16_t* a = get(y0);
-    if (wy == 0) {
-      for (size_t i = 0; i < row; ++i) out[i] = uint8_t((a[i] + 128u) >> 8);
-      continue;
-    }
-    if (wy == 256) {
-      const uint16_t* b = get(y0 + 1);
-      for (size_t i = 0; i < row; ++i) out[i] = uint8_t((b[i] + 128u) >> 8);
-      continue;
-    }
-    // Fetching y0 + 1 replaces the older row, never y0's.
-    const uint16_t* b = get(y0 + 1);
+    const uint16_t* b = get(y0 + 1);  // replaces the older row, never y0's
     const uint32_t w1 = wy, w0 = 256 - wy;
     for (size_t i = 0; i < row; ++i) {
       out[i] = uint8_t((uint32_t(a[i]) * w0 + uint32_t(b[i]) * w1 + 32768u) >> 16);
