@@ -452,6 +452,7 @@ class LoaderHandle {
   void Abandon() { (void)loader_.release(); }
 
   const py::dict& info() const { return info_; }
+  std::string read_unit() const { return std::string(loader_->read_unit()); }
   std::pair<uintptr_t, size_t> last_buffer() const { return last_buffer_; }
 
  private:
@@ -484,7 +485,8 @@ std::unique_ptr<LoaderHandle> MakeLoader(
     bool direct_io, std::vector<std::string> fields, std::string decode_field,
     uint32_t decode_height, uint32_t decode_width, uint32_t read_retries, double read_timeout_s,
     uint64_t start_epoch, uint64_t start_position, std::string posix_engine, uint32_t io_threads,
-    double op_timeout_s, std::string device, uint64_t device_memory_budget) {
+    double op_timeout_s, std::string device, uint64_t device_memory_budget,
+    std::string read_unit) {
   LoaderOptions o;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
@@ -508,6 +510,7 @@ std::unique_ptr<LoaderHandle> MakeLoader(
   o.store = MakeStoreOptions(posix_engine, io_threads, op_timeout_s);
   o.device = std::move(device);
   o.device_memory_budget = device_memory_budget;
+  o.read_unit = std::move(read_unit);
   return std::make_unique<LoaderHandle>(uri, o);
 }
 
@@ -918,7 +921,8 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("decode_height"), py::arg("decode_width"), py::arg("read_retries"),
            py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
            py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"),
-           py::arg("device") = "", py::arg("device_memory_budget") = 0)
+           py::arg("device") = "", py::arg("device_memory_budget") = 0,
+           py::arg("read_unit") = "auto")
       .def("next", &LoaderHandle::Next)
       .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
            py::arg("signed_ids"))
@@ -929,6 +933,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def("close", &LoaderHandle::Close)
       .def("abandon", &LoaderHandle::Abandon)
       .def_property_readonly("info", &LoaderHandle::info)
+      .def_property_readonly("read_unit", &LoaderHandle::read_unit)
       .def_property_readonly("last_buffer", &LoaderHandle::last_buffer,
                              "(address, size) of the buffer of the last batch (for tests)");
 

@@ -745,6 +745,76 @@ TEST_F(ShardCorruption, RandomFlips) {
   }
 }
 
+// ---- index-only views (per-sample reads) -------------------------------------
+
+// The header and the index range of `b`, as the loader reads them.
+Result<ShardView> ParseIndexOf(const Bytes& b, const ShardExpectation& e) {
+  uint64_t offset, length;
+  ShardView::IndexRange(e, &offset, &length);
+  const Bytes header(b.begin(), b.begin() + std::min<size_t>(b.size(), kShardHeaderBytes));
+  const size_t end = std::min<size_t>(b.size(), offset + length);
+  const Bytes tail(b.begin() + std::min<size_t>(b.size(), offset), b.begin() + end);
+  return ShardView::ParseIndex(header, tail, offset, e);
+}
+
+TEST_F(ShardCorruption, IndexOnlyViewAgreesWithTheWholeShard) {
+  uint64_t offset, length;
+  ShardView::IndexRange(Expect(), &offset, &length);
+  EXPECT_EQ(offset + length, shard_.size());
+  EXPECT_LT(length, shard_.size()) << "the index range is the tail, not the whole shard";
+  auto whole = ShardView::Parse(shard_, Expect());
+  auto index = ParseIndexOf(shard_, Expect());
+  ASSERT_TRUE(whole.ok() && index.ok()) << index.status().ToString();
+  ASSERT_EQ(index->sample_count(), kSamples);
+  EXPECT_EQ(index->index_offset(), whole->index_offset());
+  for (uint32_t i = 0; i < kSamples; ++i) {
+    const auto rec = whole->Record(i);
+    EXPECT_EQ(index->RecordOffset(i), uint64_t(rec.data() - shard_.data())) << i;
+    EXPECT_EQ(index->FieldLength(i, 0), images_[i].size()) << i;
+    EXPECT_EQ(index->FieldLength(i, 1), 8u) << i;
+    EXPECT_TRUE(index->CheckRecord(i, Hash64(rec)).ok()) << i;
+    EXPECT_TRUE(index->Record(i).empty()) << "an index-only view has no records";
+  }
+  const Status bad = index->CheckRecord(3, Hash64(whole->Record(4)));
+  EXPECT_EQ(bad.code(), Code::kCorruption);
+  EXPECT_EQ(bad.message(), std::string(kKey) + ": sample 3 (global 103): checksum mismatch");
+  EXPECT_EQ(index->VerifySample(0).code(), Code::kInvalidArgument);
+  EXPECT_EQ(index->VerifyPadding().code(), Code::kInvalidArgument);
+  EXPECT_EQ(index->FieldLength(kSamples, 0), 0u);
+  EXPECT_EQ(index->FieldLength(0, 2), 0u);
+}
+
+TEST_F(ShardCorruption, IndexOnlyViewDetectsWhatParseDetects) {
+  // A flip in the header or the index range: Parse's error, also without
+  // the records.
+  uint64_t offset, length;
+  ShardView::IndexRange(Expect(), &offset, &length);
+  std::mt19937_64 rng(77);
+  for (int iter = 0; iter < 500; ++iter) {
+    Bytes b = shard_;
+    const size_t at = iter % 2 ? rng() % kShardHeaderBytes : offset + rng() % length;
+    b[at] ^= std::byte(1 + rng() % 255);
+    auto whole = ShardView::Parse(b, Expect());
+    auto index = ParseIndexOf(b, Expect());
+    if (whole.ok()) {
+      // Padding after the index: Parse takes it too (verify's full check
+      // sees it); the index view must still agree.
+      EXPECT_TRUE(index.ok()) << "flip at " << at << ": " << index.status().ToString();
+      continue;
+    }
+    ASSERT_FALSE(index.ok()) << "flip at " << at << " undetected without the records";
+    EXPECT_EQ(index.status().ToString(), whole.status().ToString()) << "flip at " << at;
+  }
+  // Bytes read short, into the index: named.
+  const size_t index_end = Get<uint64_t>(shard_, 40) + kSamples * 24;
+  const Bytes header(shard_.begin(), shard_.begin() + kShardHeaderBytes);
+  const Bytes tail(shard_.begin() + offset, shard_.begin() + index_end - 1);
+  EXPECT_TRUE(Fails(ShardView::ParseIndex(header, tail, offset, Expect()), Code::kCorruption,
+                    {kKey, "outside the bytes read"}));
+  EXPECT_TRUE(Fails(ShardView::ParseIndex({header.data(), 63}, tail, offset, Expect()),
+                    Code::kCorruption, {kKey, "truncated: 63 bytes"}));
+}
+
 // ---- manifest ---------------------------------------------------------------
 
 constexpr std::string_view kWhere = "file:///data/ds/manifest.stoker";

@@ -392,6 +392,13 @@ TEST(LoaderTest, BadOptions) {
   o = Opts(4);
   o.reads_in_flight = 0;
   expect_invalid(o, "reads_in_flight");
+  o = Opts(4);
+  o.read_unit = "record";
+  expect_invalid(o, "read_unit must be auto, shard or sample, not 'record'");
+  o = Opts(4);
+  o.read_unit = "sample";
+  o.direct_io = true;
+  expect_invalid(o, "read_unit sample cannot be used with direct_io");
 }
 
 TEST(LoaderTest, NoDatasetIsNotFound) {
@@ -462,6 +469,199 @@ TEST(LoaderTest, TruncatedShardIsCorruption) {
   EXPECT_NE(err.message().find(f.manifest.shards[0].key), std::string::npos);
 }
 
+// ---- read units: whole shards, or each record straight into the batch ----
+
+// Every batch of one epoch, each column's bytes (ids, padding, offsets and
+// values) in order, and where each array starts in the batch's buffer.
+std::vector<std::vector<std::byte>> EpochBuffers(Loader& l) {
+  std::vector<std::vector<std::byte>> out;
+  while (true) {
+    auto b = l.Next();
+    if (!b.ok()) {
+      EXPECT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+      break;
+    }
+    std::vector<std::byte> v;
+    auto add = [&](const void* p, size_t n) {
+      const auto* at = static_cast<const std::byte*>(p);
+      const uint64_t where = n ? uint64_t(at - b->buffer().data()) : 0;
+      const auto* w = reinterpret_cast<const std::byte*>(&where);
+      v.insert(v.end(), w, w + sizeof where);
+      v.insert(v.end(), at, at + n);
+    };
+    add(b->sample_ids().data(), b->sample_ids().size_bytes());
+    add(b->padding().data(), b->padding().size_bytes());
+    for (const auto& c : b->bytes_columns()) {
+      add(c.offsets.data(), c.offsets.size_bytes());
+      add(c.data.data(), c.data.size_bytes());
+    }
+    for (const auto& c : b->int64_columns()) add(c.values.data(), c.values.size_bytes());
+    const uint64_t size = b->buffer().size();
+    const auto* z = reinterpret_cast<const std::byte*>(&size);
+    v.insert(v.end(), z, z + sizeof size);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// Reads until the first error (OK if none).
+Status FirstError(Loader& l, uint64_t bad_sample = UINT64_MAX) {
+  while (true) {
+    auto b = l.Next();
+    if (!b.ok()) return b.status().code() == Code::kOutOfRange ? Status::Ok() : b.status();
+    for (uint64_t id : b->sample_ids()) EXPECT_NE(id, bad_sample) << "corrupt sample delivered";
+  }
+}
+
+class LoaderReadUnits : public ::testing::TestWithParam<std::string> {
+ protected:
+  LoaderOptions Sample(uint32_t batch) const {
+    LoaderOptions o = Opts(batch, GetParam());
+    o.read_unit = "sample";
+    return o;
+  }
+};
+
+TEST_P(LoaderReadUnits, SampleReadsDeliverExactlyWhatShardReadsDeliver) {
+  Fixture f(300, 5, 1, 20000, 64 << 10, GetParam());
+  for (const std::vector<std::string>& fields :
+       {std::vector<std::string>{}, {"label"}, {"image"}, {"label", "image", "label"}}) {
+    SCOPED_TRACE(fields.size());
+    LoaderOptions sample = Sample(16), shard = Opts(16, GetParam());
+    sample.fields = shard.fields = fields;
+    shard.read_unit = "shard";
+    auto a = Loader::Open(f.uri, sample);
+    auto b = Loader::Open(f.uri, shard);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+    EXPECT_EQ((*a)->read_unit(), "sample");
+    EXPECT_EQ((*b)->read_unit(), "shard");
+    const auto got = EpochBuffers(**a);
+    ASSERT_EQ(got.size(), (300u + 15) / 16);
+    EXPECT_TRUE(got == EpochBuffers(**b)) << "the batches differ byte for byte";
+    // Records were read (all their fields, checked), not whole shards.
+    const LoaderStats st = (*a)->stats();
+    EXPECT_GE(st.bytes_read, f.manifest.payload_bytes);
+    EXPECT_LT(st.bytes_read, f.manifest.payload_bytes + f.manifest.shards.size() * 8192);
+    EXPECT_EQ(st.shards_read, f.manifest.shards.size());
+  }
+  // And against the source files, over two epochs.
+  auto l = Loader::Open(f.uri, Sample(16));
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(ReadEpochChecked(**l, f).size(), 300u);
+  ASSERT_TRUE((*l)->StartEpoch(1).ok());
+  EXPECT_EQ(ReadEpochChecked(**l, f).size(), 300u);
+}
+
+TEST_P(LoaderReadUnits, CorruptRecordIsNamedNotDelivered) {
+  Fixture f(60, 2, 500, 800, 16 << 10, GetParam());
+  const auto& shard = f.manifest.shards[1];
+  const fs::path path = fs::path(f.uri) / shard.key;
+  auto bytes = testing::ReadFile(path);
+  bytes[format::kShardHeaderBytes + 10] ^= std::byte{0x40};  // inside the first record
+  testing::WriteFile(path, bytes);
+  auto l = Loader::Open(f.uri, Sample(4));
+  ASSERT_TRUE(l.ok());
+  const Status err = FirstError(**l, shard.first_sample);
+  EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
+  EXPECT_NE(err.message().find(f.uri), std::string::npos) << err.ToString();
+  EXPECT_NE(err.message().find(shard.key), std::string::npos) << err.ToString();
+  EXPECT_NE(err.message().find("sample 0 (global " + std::to_string(shard.first_sample) +
+                               "): checksum mismatch"),
+            std::string::npos)
+      << err.ToString();
+  EXPECT_EQ((*l)->Next().status().code(), Code::kCorruption) << "sticky until StartEpoch";
+}
+
+TEST_P(LoaderReadUnits, CorruptIndexOrHeaderIsNamed) {
+  Fixture f(60, 2, 500, 800, 16 << 10, GetParam());
+  for (const bool header : {true, false}) {
+    const auto& shard = f.manifest.shards[header ? 0 : 2];
+    const fs::path path = fs::path(f.uri) / shard.key;
+    auto bytes = testing::ReadFile(path);
+    const uint64_t index_offset = *reinterpret_cast<const uint64_t*>(bytes.data() + 40);
+    bytes[header ? 20 : index_offset + 3] ^= std::byte{0x01};
+    testing::WriteFile(path, bytes);
+    auto l = Loader::Open(f.uri, Sample(4));
+    ASSERT_TRUE(l.ok());
+    const Status err = FirstError(**l);
+    bytes[header ? 20 : index_offset + 3] ^= std::byte{0x01};
+    testing::WriteFile(path, bytes);  // mended for the next round
+    EXPECT_NE(err.message().find(f.uri), std::string::npos) << err.ToString();
+    EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
+    EXPECT_NE(err.message().find(shard.key), std::string::npos) << err.ToString();
+    EXPECT_NE(err.message().find(header ? "header checksum" : "index"), std::string::npos)
+        << err.ToString();
+  }
+}
+
+TEST_P(LoaderReadUnits, MissingOrTruncatedShardIsNamed) {
+  Fixture f(60, 2, 500, 800, 16 << 10, GetParam());
+  fs::remove(fs::path(f.uri) / f.manifest.shards[2].key);
+  auto l = Loader::Open(f.uri, Sample(4));
+  ASSERT_TRUE(l.ok());
+  Status err = FirstError(**l);
+  EXPECT_EQ(err.code(), Code::kNotFound) << err.ToString();
+  EXPECT_NE(err.message().find(f.manifest.shards[2].key), std::string::npos) << err.ToString();
+
+  Fixture g(60, 2, 500, 800, 16 << 10, GetParam());
+  const fs::path path = fs::path(g.uri) / g.manifest.shards[0].key;
+  fs::resize_file(path, 4096);
+  l = Loader::Open(g.uri, Sample(4));
+  ASSERT_TRUE(l.ok());
+  err = FirstError(**l);
+  EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
+  EXPECT_NE(err.message().find("truncated"), std::string::npos) << err.ToString();
+  EXPECT_NE(err.message().find(g.manifest.shards[0].key), std::string::npos) << err.ToString();
+}
+
+TEST_P(LoaderReadUnits, ShardTruncatedWhileTheEpochRunsIsNamed) {
+  // Cut after Open: whether the reader still has the index to read or the
+  // workers the records, the error says "truncated" and names the shard;
+  // no batch with bytes past the cut is delivered.
+  Fixture f(80, 2, 3000, 4000, 64 << 10, GetParam());
+  const auto& last = f.manifest.shards.back();
+  auto l = Loader::Open(f.uri, Sample(4));
+  ASSERT_TRUE(l.ok());
+  fs::resize_file(fs::path(f.uri) / last.key, 8192);
+  const Status err = FirstError(**l);
+  EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
+  EXPECT_NE(err.message().find("truncated"), std::string::npos) << err.ToString();
+  EXPECT_NE(err.message().find(last.key), std::string::npos) << err.ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Posix, LoaderReadUnits, ::testing::Values("io_uring", "threads"),
+                         [](const auto& info) { return info.param; });
+
+TEST(LoaderTest, AutoReadsLargeLocalRecordsOneByOne) {
+  Fixture big(40, 2, kSampleReadMinBytes, kSampleReadMinBytes + 5000, 1 << 20);
+  Fixture small(40, 2, 100, 5000, 64 << 10);
+  auto unit = [](std::shared_ptr<Store> store, LoaderOptions o) {
+    auto l = Loader::Open(std::move(store), o);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return l.ok() ? std::string((*l)->read_unit()) : std::string();
+  };
+  LoaderOptions o = Opts(4);
+  o.memory_budget = 256 << 20;
+  EXPECT_EQ(unit(*OpenStore(big.uri), o), "sample");
+  EXPECT_EQ(unit(*OpenStore(small.uri), o), "shard");
+  EXPECT_EQ(unit(std::make_shared<StoreWrapper>(*OpenStore(big.uri)), o), "shard")
+      << "a wrapper's reads are not known to be local";
+  LoaderOptions direct = o;
+  direct.direct_io = true;
+  EXPECT_EQ(unit(*OpenStore(big.uri), direct), "shard");
+  LoaderOptions forced = o;
+  forced.read_unit = "shard";
+  EXPECT_EQ(unit(*OpenStore(big.uri), forced), "shard");
+  forced.read_unit = "sample";
+  EXPECT_EQ(unit(*OpenStore(small.uri), forced), "sample");
+  // Per-sample reads keep only headers and indexes ahead: little memory.
+  auto l = Loader::Open(big.uri, o);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(ReadEpochChecked(**l, big).size(), 40u);
+  const uint64_t batch = 4 * (kSampleReadMinBytes + 5000 + 64);
+  EXPECT_LE((*l)->stats().peak_buffer_bytes, (o.prefetch_batches + 3) * batch + (1 << 20));
+}
+
 TEST(LoaderTest, MemoryStoreWorksToo) {
   Fixture f(50, 2, 10, 2000, 16 << 10);
   auto mem = NewMemoryStore();
@@ -494,12 +694,16 @@ TEST(LoaderDecodeTest, DecodedImagesEqualADirectDecodeOfTheSourceFiles) {
     packed.files.push_back(sources->files[i]);
   }
   sources->files = packed.files;
+  for (const char* unit : {"shard", "sample"}) {
+  SCOPED_TRACE(unit);
   LoaderOptions o = Opts(5);
   o.decode.field = "image";
   o.decode.height = 32;
   o.decode.width = 48;
+  o.read_unit = unit;
   auto l = Loader::Open(uri, o);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ((*l)->read_unit(), unit);
   size_t seen = 0;
   std::vector<uint8_t> want(32 * 48 * 3), scratch;
   while (true) {
@@ -523,6 +727,7 @@ TEST(LoaderDecodeTest, DecodedImagesEqualADirectDecodeOfTheSourceFiles) {
     }
   }
   EXPECT_EQ(seen, 24u);
+  }
 }
 
 TEST(LoaderDecodeTest, NotAJpegIsCorruptionNamingTheSample) {

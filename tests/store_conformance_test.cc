@@ -667,6 +667,44 @@ TEST_P(StoreConformance, ConcurrentPutsAndReads) {
   EXPECT_EQ(listed->size(), size_t{kThreads * kIterations});
 }
 
+TEST_P(StoreConformance, ObjectReaderScattersConsecutiveBytesAndStopsAtTheEnd) {
+  const auto data = RandomBytes(100000, 91);
+  ASSERT_OK(store_->Put(K("r/obj"), data));
+  auto reader = store_->OpenReader(K("r/obj"));
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto read = [&](uint64_t offset, std::vector<size_t> sizes, size_t want) {
+    std::vector<std::vector<std::byte>> bufs;
+    std::vector<std::span<std::byte>> pieces;
+    for (size_t n : sizes) bufs.emplace_back(n, std::byte{0xEE});
+    for (auto& b : bufs) pieces.emplace_back(b);
+    auto n = (*reader)->ReadV(offset, pieces);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    ASSERT_EQ(*n, want) << "at " << offset;
+    size_t at = 0;
+    for (const auto& b : bufs) {
+      for (size_t i = 0; i < b.size(); ++i, ++at) {
+        const std::byte expect = at < want ? data[offset + at] : std::byte{0xEE};
+        ASSERT_EQ(b[i], expect) << "byte " << at << " from " << offset;
+      }
+    }
+  };
+  read(1000, {0, 10, 4096, 70000}, 74106);
+  read(0, {100000}, 100000);
+  read(99990, {5, 20}, 10);  // short at the end; the rest untouched
+  read(100000, {8}, 0);
+  read(200000, {8}, 0);
+  // From many threads at once, one reader.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 20; ++k) read(uint64_t(t) * 20000 + k * 7, {3000, 5}, 3005);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store_->OpenReader(K("r/missing")).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->OpenReader(K("r/../obj")).status().code(), Code::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, StoreConformance,
                          ::testing::Values(Backend::kMemory, Backend::kPosixIoUring,
                                            Backend::kPosixThreads, Backend::kEnvUri),
@@ -706,6 +744,41 @@ class PosixStoreTest : public ::testing::TestWithParam<std::string> {
   fs::path root_;
   std::shared_ptr<Store> store_;
 };
+
+TEST_P(PosixStoreTest, LocalReadsOnDiskAndMemoryFileSystemsOnly) {
+  // The test's own folder is on a local disk (or tmpfs) on every machine
+  // this suite runs on; /dev/shm is tmpfs; /proc is neither.
+  EXPECT_TRUE(store_->local_reads()) << root_;
+  if (fs::is_directory("/dev/shm")) {
+    auto shm = NewPosixStore("/dev/shm");
+    ASSERT_TRUE(shm.ok());
+    EXPECT_TRUE((*shm)->local_reads());
+  }
+  auto proc = NewPosixStore("/proc/self");
+  ASSERT_TRUE(proc.ok());
+  EXPECT_FALSE((*proc)->local_reads());
+  EXPECT_TRUE(NewMemoryStore()->local_reads());
+  EXPECT_FALSE(StoreWrapper(store_).local_reads()) << "a wrapper opts in itself";
+}
+
+TEST_P(PosixStoreTest, ObjectReaderKeepsReadingTheFileItOpened) {
+  ASSERT_OK(store_->Put("a", RandomBytes(5000, 1)));
+  auto reader = store_->OpenReader("a");
+  ASSERT_TRUE(reader.ok());
+  const auto old = RandomBytes(5000, 1);
+  ASSERT_OK(store_->Put("a", RandomBytes(10, 2)));  // replaced by rename
+  std::vector<std::byte> got(5000);
+  std::span<std::byte> piece(got);
+  auto n = (*reader)->ReadV(0, {&piece, 1});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 5000u);
+  EXPECT_EQ(got, old);
+  EXPECT_EQ(store_->OpenReader("folder-not-object").status().code(), Code::kNotFound);
+  ASSERT_OK(store_->Put("dir/x", RandomBytes(1, 3)));
+  auto dir = store_->OpenReader("dir");
+  EXPECT_EQ(dir.status().code(), Code::kNotFound) << dir.status().ToString();
+  EXPECT_NE(dir.status().message().find("is a folder"), std::string::npos);
+}
 
 TEST_P(PosixStoreTest, RootIsCreatedByTheFirstPut) {
   EXPECT_FALSE(fs::exists(root_));

@@ -185,6 +185,17 @@ class ShardView {
   // The same checks, without a manifest to compare against (inspect, fuzzing).
   static Result<ShardView> ParseStandalone(std::span<const std::byte> shard, std::string_view key);
 
+  // Reading records one by one (the loader's per-sample reads): the byte
+  // range of a shard that holds its index, from the manifest alone, and a
+  // view of only the header (its first kShardHeaderBytes) and that range
+  // (`tail`, read at `tail_offset`). The checks are Parse's, except those
+  // that need the records; CheckRecord then checks each record as it lands.
+  // Record, Field and VerifySample of such a view have no records to give.
+  static void IndexRange(const ShardExpectation& expect, uint64_t* offset, uint64_t* length);
+  static Result<ShardView> ParseIndex(std::span<const std::byte> header,
+                                      std::span<const std::byte> tail, uint64_t tail_offset,
+                                      const ShardExpectation& expect);
+
   uint32_t sample_count() const { return sample_count_; }
   uint32_t field_count() const { return field_count_; }
   // Header values, for inspect.
@@ -211,9 +222,24 @@ class ShardView {
   Status VerifySample(uint32_t i) const;
   // Checks the padding after the index is zero (verify's full check).
   Status VerifyPadding() const;
+  // Where sample `i`'s record starts in the shard, and field `f`'s length
+  // (0 when out of range): for reading a record without the shard in memory.
+  uint64_t RecordOffset(uint32_t i) const;
+  uint32_t FieldLength(uint32_t i, uint32_t f) const;
+  // Compares `hash` (Hash64 of sample `i`'s record, however it was read)
+  // with the index: VerifySample's check and message.
+  Status CheckRecord(uint32_t i, uint64_t hash) const;
 
  private:
-  static Result<ShardView> ParseCommon(std::span<const std::byte> shard, std::string_view key,
+  // What ParseCommon checks: the header, the object's size, and bytes of it
+  // that hold the index (for a whole shard: all of it, from 0).
+  struct Parts {
+    std::span<const std::byte> header;
+    uint64_t size = 0;
+    std::span<const std::byte> tail;
+    uint64_t tail_offset = 0;
+  };
+  static Result<ShardView> ParseCommon(const Parts& parts, std::string_view key,
                                        const ShardExpectation* expect);
 
   std::span<const std::byte> shard_;

@@ -83,6 +83,17 @@ struct LoaderOptions {
   uint32_t threads = 0;
   // Read shards with O_DIRECT (POSIX), bypassing the page cache. Default: off.
   bool direct_io = false;
+  // How records reach the batch. "shard": each shard is read whole into a
+  // shard buffer, and workers check and copy its records into batches.
+  // "sample": only each shard's header and index are read ahead; workers
+  // then read every record straight into its place in the batch (one preadv
+  // per sample) and check it there, while it is in cache: one copy of each
+  // byte fewer, and the checksum reads cache, not memory. Not with
+  // direct_io (records are not block-aligned). "auto" picks "sample" when
+  // the store's reads are local (Store::local_reads: a disk file system or
+  // tmpfs) and the mean record is at least kSampleReadMinBytes, "shard"
+  // otherwise. Default: "auto".
+  std::string read_unit = "auto";
   // Fields to deliver, by name. Default: empty = every field.
   std::vector<std::string> fields;
   DecodeOptions decode;
@@ -109,6 +120,11 @@ struct LoaderOptions {
   uint64_t device_memory_budget = 0;
   StoreOptions store;
 };
+
+// Records of at least this many bytes on average are read one by one under
+// read_unit "auto" (see LoaderOptions::read_unit): a system call per sample
+// is then a few per cent of the copy it saves.
+inline constexpr uint64_t kSampleReadMinBytes = 64 * 1024;
 
 struct LoaderStats {
   uint64_t shards_read = 0;
@@ -230,6 +246,8 @@ class Loader {
   // The state after the last batch Next() returned.
   virtual LoaderState state() const = 0;
   virtual LoaderStats stats() const = 0;
+  // How records are read: "shard" or "sample" (what read_unit "auto" chose).
+  virtual std::string_view read_unit() const = 0;
 };
 
 // Reads and validates a dataset's manifest. NotFound "no stoker dataset at

@@ -98,6 +98,25 @@ class ReadQueue {
   virtual size_t Outstanding() const = 0;
 };
 
+// One object held open for synchronous ranged reads, from any thread at once:
+// the loader's per-sample reads, where a queue round trip per read would cost
+// more than the read. Obtained from Store::OpenReader.
+class ObjectReader {
+ public:
+  virtual ~ObjectReader() = default;
+  // Reads consecutive bytes from `offset` into `dsts`, one after another (a
+  // scatter read: POSIX preadv). Returns the bytes read, short only at the
+  // object's end. Errors name the object.
+  virtual Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) = 0;
+  // A hint that [offset, offset + length) will be read soon, so that reads
+  // which would wait on the device find it in memory (POSIX: the kernel's
+  // readahead, posix_fadvise WILLNEED). Default: nothing.
+  virtual void WillNeed(uint64_t offset, uint64_t length) {
+    (void)offset;
+    (void)length;
+  }
+};
+
 // What Stat and List report about an object.
 struct ObjectInfo {
   std::string key;
@@ -120,6 +139,15 @@ class Store {
 
   // Reads a whole object into a new buffer. For small objects (manifests).
   virtual Result<std::vector<std::byte>> ReadAll(std::string_view key);
+  // Opens `key` for ranged reads (see ObjectReader); NotFound if it does not
+  // exist. The default reads through Read(), piece by piece. A reader must
+  // not outlive its store.
+  virtual Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key);
+  // True when a small ranged read costs a system call on this machine, not a
+  // network round trip: a local disk file system or tmpfs (POSIX), memory.
+  // The loader reads large samples one by one, straight into the batch, only
+  // from such stores (LoaderOptions::read_unit). Default: false.
+  virtual bool local_reads() const { return false; }
 
   // Writes a whole object atomically: a reader sees the old object or the new
   // one, never a mix or a prefix, also when the writer is killed part way.
@@ -153,6 +181,9 @@ class StoreWrapper : public Store {
   Result<std::vector<std::byte>> ReadAll(std::string_view k) override {
     return target_->ReadAll(k);
   }
+  // OpenReader is not forwarded: the default reads through this wrapper's
+  // Read, so a decorator sees those reads too. local_reads() stays false: a
+  // wrapper may change what a read costs or does, and opts in itself.
   Status Put(std::string_view k, std::span<const std::byte> d) override {
     return target_->Put(k, d);
   }

@@ -319,6 +319,13 @@ class Loader:
       read_retries, read_timeout: a shard read that fails with a retryable
         error is tried again this many times; one read's deadline (seconds).
       direct_io: read shards with O_DIRECT (local files).
+      read_unit: "auto" (default), "shard" or "sample". "shard" reads each
+        shard whole and copies its records into batches; "sample" reads only
+        the shards' indexes ahead and then each record straight into its
+        batch (one read per sample: one copy fewer, for large samples on
+        local disks). "auto" picks "sample" for records of 64 KiB or more on
+        a local disk or tmpfs, "shard" otherwise; ``loader.read_unit`` says
+        which is in use.
       device: None (host memory) or "cuda:N" (batches delivered on GPU N; needs
         a CUDA build of stoker; format "torch" or "dlpack").
       device_memory_budget: bytes of GPU memory for batches, held ones
@@ -335,7 +342,7 @@ class Loader:
                  drop_last=False, decode=None, fields=None, format="numpy", threads=0,
                  reads_in_flight=8, memory_budget=512 << 20, prefetch=4, shuffle_window=8,
                  read_retries=3, read_timeout=60.0, direct_io=False, store=None,
-                 device=None, device_memory_budget=0):
+                 device=None, device_memory_budget=0, read_unit="auto"):
         self._impl = None  # so close() and __repr__ work if a check below raises
         if not isinstance(uri, (str, os.PathLike)):
             raise TypeError(f"uri must be a str or path, not {type(uri).__name__}")
@@ -380,6 +387,8 @@ class Loader:
         self.device = device or None
         self.format = format
         engine, io_threads, op_timeout = _store_options(store)
+        if read_unit not in ("auto", "shard", "sample"):
+            raise ValueError(f"read_unit must be 'auto', 'shard' or 'sample', got {read_unit!r}")
 
         self._impl = _stoker._Loader(
             uri=uri, batch_size=self.batch_size, shuffle=self.shuffle, seed=self.seed,
@@ -394,8 +403,10 @@ class Loader:
             read_timeout_s=_seconds("read_timeout", read_timeout), start_epoch=0,
             start_position=0, posix_engine=engine, io_threads=io_threads,
             op_timeout_s=op_timeout, device=device,
-            device_memory_budget=_int("device_memory_budget", device_memory_budget, 0, _U64))
+            device_memory_budget=_int("device_memory_budget", device_memory_budget, 0, _U64),
+            read_unit=read_unit)
         self.uri = uri
+        self.read_unit = self._impl.read_unit  # what "auto" chose
         self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
         self._shuffle_window = shuffle_window
         delivered = fields or [f["name"] for f in self.info["fields"]]

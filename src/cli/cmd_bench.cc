@@ -98,6 +98,7 @@ void RegisterBench(CLI::App& app, Action* action) {
       extra["read_retries"] = st.read_retries;
       extra["data_wait_seconds"] = std::chrono::duration<double>(st.wait_time).count();
       extra["engine"] = PosixEngineName(*store);
+      extra["read_unit"] = std::string(l->read_unit());
       return Report(args->uri, *run, args->flags.options, args->json, extra);
     };
   });

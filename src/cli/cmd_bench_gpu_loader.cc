@@ -25,6 +25,7 @@ struct ModeRun {
   double h2d_seconds = 0;  // copy-engine busy time
   uint64_t peak_device_bytes = 0;
   uint64_t pinned_bytes = 0;
+  std::string read_unit;  // "shard" or "sample" (Loader::read_unit)
   // Where the consumer's time goes, on its own thread: all of Next() (the
   // data wait above plus taking the loader's lock), WaitOn, and releasing
   // the previous batch.
@@ -100,6 +101,7 @@ Result<ModeRun> RunOnce(const std::string& uri, const LoaderOptions& o, uint32_t
   }
   last.reset();
   held.reset();
+  m.read_unit = std::string(l->read_unit());
   m.next_seconds = next_s;
   m.wait_on_seconds = wait_on_s;
   m.release_seconds = release_s;
@@ -216,6 +218,7 @@ void RegisterBenchGpuLoader(CLI::App* bench, Action* action) {
       j["compute_us"] = args->compute_us;
       j["batch_size"] = host.batch_size;
       j["threads"] = host.threads;
+      j["read_unit"] = h.read_unit;
       j["host"] = ModeJson(h);
       j["cuda"] = ModeJson(d);
       j["host_median_seconds"] = host_s;

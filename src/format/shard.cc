@@ -160,27 +160,43 @@ Result<ShardView> ShardView::Parse(std::span<const std::byte> shard,
     return Corruption(k + ": " + std::to_string(size) + " bytes, manifest says " +
                       std::to_string(expect.bytes));
   }
-  return ParseCommon(shard, expect.key, &expect);
+  return ParseCommon({shard, shard.size(), shard, 0}, expect.key, &expect);
 }
 
 Result<ShardView> ShardView::ParseStandalone(std::span<const std::byte> shard,
                                              std::string_view key) {
-  return ParseCommon(shard, key, nullptr);
+  return ParseCommon({shard, shard.size(), shard, 0}, key, nullptr);
 }
 
-// The checks of docs/format.md §3.4 after the first, shared by Parse and
-// ParseStandalone; `expect` is null for the standalone parse. Numbers in
+void ShardView::IndexRange(const ShardExpectation& expect, uint64_t* offset, uint64_t* length) {
+  // The index ends within the last kShardAlignment bytes (the padding after
+  // it is shorter than that), and starts index_bytes before its end.
+  const uint64_t index_bytes = uint64_t{expect.samples} * IndexEntryBytes(expect.field_count);
+  const uint64_t back = index_bytes + kShardAlignment;
+  *offset = expect.bytes > back ? expect.bytes - back : 0;
+  *length = expect.bytes - *offset;
+}
+
+Result<ShardView> ShardView::ParseIndex(std::span<const std::byte> header,
+                                        std::span<const std::byte> tail, uint64_t tail_offset,
+                                        const ShardExpectation& expect) {
+  return ParseCommon({header, expect.bytes, tail, tail_offset}, expect.key, &expect);
+}
+
+// The checks of docs/format.md §3.4 after the first, shared by Parse,
+// ParseStandalone and ParseIndex; `expect` is null for the standalone parse. Numbers in
 // comments are the check numbers of the §3.4 table.
-Result<ShardView> ShardView::ParseCommon(std::span<const std::byte> shard, std::string_view key,
+Result<ShardView> ShardView::ParseCommon(const Parts& parts, std::string_view key,
                                          const ShardExpectation* expect) {
   const std::string k(key);
-  const uint64_t size = shard.size();
-  const std::byte* p = shard.data();
+  const uint64_t size = parts.size;
+  const std::byte* p = parts.header.data();
 
   // 2
-  if (size < kShardHeaderBytes) {
-    return Corruption(k + ": truncated: " + std::to_string(size) + " bytes, expected at least " +
-                      std::to_string(kShardHeaderBytes));
+  if (size < kShardHeaderBytes || parts.header.size() < kShardHeaderBytes) {
+    return Corruption(k + ": truncated: " +
+                      std::to_string(std::min<uint64_t>(size, parts.header.size())) +
+                      " bytes, expected at least " + std::to_string(kShardHeaderBytes));
   }
   if (size % kShardAlignment != 0) {
     return Corruption(k + ": truncated: " + std::to_string(size) +
@@ -203,13 +219,16 @@ Result<ShardView> ShardView::ParseCommon(std::span<const std::byte> shard, std::
   }
   // 5
   const uint64_t header_hash = LoadLE<uint64_t>(p + kOffHeaderHash);
-  if (Hash64(shard.first(kOffHeaderHash)) != header_hash) {
+  if (Hash64(parts.header.first(kOffHeaderHash)) != header_hash) {
     return Corruption(k + ": header checksum mismatch");
   }
 
   ShardView v;
   v.key_ = k;
-  v.shard_ = shard;
+  // A whole shard is its header's span; an index-only view holds no records.
+  if (parts.tail_offset == 0 && parts.tail.size() == size && parts.tail.data() == p) {
+    v.shard_ = parts.tail;
+  }
   v.field_count_ = LoadLE<uint16_t>(p + kOffFieldCount);
   v.entry_bytes_ = LoadLE<uint16_t>(p + kOffEntryBytes);
   std::memcpy(v.dataset_id_.data(), p + kOffDatasetId, v.dataset_id_.size());
@@ -294,7 +313,15 @@ Result<ShardView> ShardView::ParseCommon(std::span<const std::byte> shard, std::
                       Hex16(expect->index_hash));
   }
   // 14
-  const std::span<const std::byte> index = shard.subspan(v.index_offset_, index_bytes);
+  if (v.index_offset_ < parts.tail_offset ||
+      index_end > parts.tail_offset + parts.tail.size()) {
+    return Corruption(k + ": the index at [" + std::to_string(v.index_offset_) + ", " +
+                      std::to_string(index_end) + ") is outside the bytes read [" +
+                      std::to_string(parts.tail_offset) + ", " +
+                      std::to_string(parts.tail_offset + parts.tail.size()) + ")");
+  }
+  const std::span<const std::byte> index =
+      parts.tail.subspan(v.index_offset_ - parts.tail_offset, index_bytes);
   if (Hash64(index) != v.index_hash_) return Corruption(k + ": index checksum mismatch");
   v.index_ = index.data();
 
@@ -342,7 +369,7 @@ Result<ShardView> ShardView::ParseCommon(std::span<const std::byte> shard, std::
 }
 
 std::span<const std::byte> ShardView::Record(uint32_t i) const {
-  if (i >= sample_count_) return {};
+  if (i >= sample_count_ || shard_.empty()) return {};
   const std::byte* e = index_ + uint64_t{i} * entry_bytes_;
   uint64_t len = 0;
   for (uint32_t f = 0; f < field_count_; ++f) {
@@ -352,7 +379,7 @@ std::span<const std::byte> ShardView::Record(uint32_t i) const {
 }
 
 std::span<const std::byte> ShardView::Field(uint32_t i, uint32_t f) const {
-  if (i >= sample_count_ || f >= field_count_) return {};
+  if (i >= sample_count_ || f >= field_count_ || shard_.empty()) return {};
   const std::byte* e = index_ + uint64_t{i} * entry_bytes_;
   uint64_t off = LoadLE<uint64_t>(e + kOffRecordOffset);
   for (uint32_t g = 0; g < f; ++g) off += LoadLE<uint32_t>(e + kOffFieldLengths + 4 * g);
@@ -370,8 +397,27 @@ Status ShardView::VerifySample(uint32_t i) const {
     return InvalidArgument(key_ + ": sample " + std::to_string(i) + " out of range (" +
                            std::to_string(sample_count_) + " samples)");
   }
+  if (shard_.empty()) return InvalidArgument(key_ + ": an index-only view holds no records");
+  return CheckRecord(i, Hash64(Record(i)));
+}
+
+uint64_t ShardView::RecordOffset(uint32_t i) const {
+  if (i >= sample_count_) return 0;
+  return LoadLE<uint64_t>(index_ + uint64_t{i} * entry_bytes_ + kOffRecordOffset);
+}
+
+uint32_t ShardView::FieldLength(uint32_t i, uint32_t f) const {
+  if (i >= sample_count_ || f >= field_count_) return 0;
+  return LoadLE<uint32_t>(index_ + uint64_t{i} * entry_bytes_ + kOffFieldLengths + 4 * f);
+}
+
+Status ShardView::CheckRecord(uint32_t i, uint64_t hash) const {
+  if (i >= sample_count_) {
+    return InvalidArgument(key_ + ": sample " + std::to_string(i) + " out of range (" +
+                           std::to_string(sample_count_) + " samples)");
+  }
   const std::byte* e = index_ + uint64_t{i} * entry_bytes_;
-  if (Hash64(Record(i)) != LoadLE<uint64_t>(e + kOffRecordHash)) {
+  if (hash != LoadLE<uint64_t>(e + kOffRecordHash)) {
     return Corruption(key_ + ": sample " + std::to_string(i) + " (global " +
                       std::to_string(first_sample_ + i) + "): checksum mismatch");
   }
@@ -379,7 +425,7 @@ Status ShardView::VerifySample(uint32_t i) const {
 }
 
 Status ShardView::VerifyPadding() const {
-  if (index_ == nullptr) return InvalidArgument(key_ + ": not a parsed shard");
+  if (index_ == nullptr || shard_.empty()) return InvalidArgument(key_ + ": not a parsed shard");
   auto check = [&](uint64_t from, uint64_t to) -> Status {
     for (uint64_t o = from; o < to; ++o) {
       if (shard_[o] != std::byte{0}) {

@@ -97,7 +97,7 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
       size = AlignUp(size + n * sizeof(int64_t), kColumnAlignment);
     } else {
       uint64_t total = 0;
-      for (size_t i = 0; i < n; ++i) total += s.value(i, c).size();
+      for (size_t i = 0; i < n; ++i) total += s.read ? s.length(i, c) : s.value(i, c).size();
       column_data_offset[c] = AlignUp(size + (n + 1) * sizeof(uint64_t), kColumnAlignment);
       size = AlignUp(column_data_offset[c] + total, kColumnAlignment);
     }
@@ -129,8 +129,39 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
     offsets[c] = reinterpret_cast<uint64_t*>(base + column_offset[c]);
   }
   thread_local std::vector<uint8_t> scratch;
+  if (s.read) {
+    // Each record lands in place; only a decoded column's bytes go through
+    // a scratch buffer of their own, to be decoded from there.
+    thread_local std::vector<std::vector<std::byte>> encoded;
+    encoded.resize(std::max(encoded.size(), columns.size()));
+    std::vector<std::byte*> dst(columns.size());
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t c = 0; c < columns.size(); ++c) {
+        const ColumnSpec& col = columns[c];
+        std::byte* at = base + column_offset[c];
+        if (col.decode) {
+          encoded[c].resize(s.length(i, c));
+          dst[c] = encoded[c].data();
+        } else if (col.type == format::FieldType::kInt64) {
+          dst[c] = at + i * sizeof(int64_t);
+        } else {
+          offsets[c][i] = pos[c];
+          dst[c] = base + column_data_offset[c] + pos[c];
+          pos[c] += s.length(i, c);
+        }
+      }
+      STOKER_RETURN_IF_ERROR(s.read(i, dst));
+      for (size_t c = 0; c < columns.size(); ++c) {
+        if (!columns[c].decode) continue;
+        auto* out = reinterpret_cast<uint8_t*>(base + column_offset[c]) + i * image_bytes;
+        Status st = DecodeJpegResized(encoded[c], decode.height, decode.width, {out, image_bytes},
+                                      &scratch);
+        if (!st.ok()) return st.WithContext(s.describe(i) + ": field '" + columns[c].name + "'");
+      }
+    }
+  }
   bool streamed = false;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && !s.read; ++i) {
     if (s.memory && i + 1 < n) {
       std::span<const std::byte> next = s.memory(i + 1);
       if (next.size() <= kPrefetchMaxBytes) {

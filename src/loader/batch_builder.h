@@ -39,6 +39,12 @@ struct BatchSamples {
   // the shard buffers, which the hardware prefetcher does not foresee, and
   // its checksum would otherwise wait on memory line by line.
   std::function<std::span<const std::byte>(size_t i)> memory;
+  // Optional, for records not in memory (LoaderOptions::read_unit "sample"):
+  // the length of column c of sample i, for the layout, and a read of sample
+  // i that puts column c's bytes at dst[c] (length(i, c) of them) and checks
+  // the record's checksum. With these, value, check and memory are not used.
+  std::function<uint64_t(size_t i, size_t c)> length;
+  std::function<Status(size_t i, std::span<std::byte* const> dst)> read;
 };
 
 // Samples up to this size are prefetched whole (see BatchSamples::memory);

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -41,6 +42,15 @@ using format::ShardView;
 
 enum class ShardState { kPending, kReading, kReady, kFailed };
 
+// Reads of a shard: whole-shard reads have one part; per-sample reads
+// (read_unit "sample") two, the header and the bytes that hold the index.
+// A read's tag is use * 2 + part.
+constexpr uint32_t kHeaderPart = 0;
+constexpr uint32_t kIndexPart = 1;
+uint64_t TagOf(uint64_t use, uint32_t part) { return use * 2 + part; }
+uint64_t UseOf(uint64_t tag) { return tag / 2; }
+uint32_t PartOf(uint64_t tag) { return uint32_t(tag % 2); }
+
 // Per-epoch bookkeeping of one shard this rank uses.
 struct ShardUse {
   uint32_t shard = 0;
@@ -49,9 +59,13 @@ struct ShardUse {
   uint64_t batches_left = 0;  // batches not yet built that use this shard
   ShardState state = ShardState::kPending;
   Status error;
+  // Whole shard, or (per-sample reads) header then index bytes.
   std::shared_ptr<BatchMemory> buffer;
   ShardView view;
-  uint32_t attempts = 0;
+  uint32_t parts_left = 0;  // reads not landed yet
+  uint32_t attempts[2] = {0, 0};
+  // Per-sample reads: the shard, open for the workers' record reads.
+  std::shared_ptr<ObjectReader> object;
 };
 
 // Per-epoch pipeline state. Everything mutable is guarded by mu.
@@ -120,6 +134,26 @@ class LoaderImpl final : public Loader {
       shard_samples_.push_back(s.samples);
       max_shard_bytes_ = std::max(max_shard_bytes_, s.bytes);
     }
+    const std::string& unit = options_.read_unit;
+    const uint64_t mean_record =
+        manifest_.sample_count ? manifest_.payload_bytes / manifest_.sample_count : 0;
+    sample_reads_ = unit == "sample" || (unit == "auto" && !options_.direct_io &&
+                                         mean_record >= kSampleReadMinBytes &&
+                                         store_->local_reads());
+    slot_bytes_ = max_shard_bytes_;
+    if (sample_reads_) {
+      slot_bytes_ = 0;
+      for (uint32_t i = 0; i < manifest_.shards.size(); ++i) {
+        uint64_t offset, length;
+        ShardView::IndexRange(format::ExpectationFor(manifest_, i), &offset, &length);
+        slot_bytes_ = std::max(slot_bytes_, format::kShardHeaderBytes + length);
+      }
+      first_column_of_field_.assign(manifest_.fields.size(), -1);
+      for (size_t c = 0; c < column_fields_.size(); ++c) {
+        int& first = first_column_of_field_[size_t(column_fields_[c])];
+        if (first < 0) first = int(c);
+      }
+    }
     // Shard slots are all the size of the largest shard, so any slot serves
     // any shard and the budget arithmetic is exact.
     shard_pool_ = std::make_shared<BufferPool>(kDirectIoAlignment, SIZE_MAX, /*slack=*/false);
@@ -136,12 +170,11 @@ class LoaderImpl final : public Loader {
     // The slots the budget allows, after the batches built ahead.
     uint64_t batch_bytes = EstimatedBatchBytes();
     uint64_t reserve = batch_bytes * (options_.prefetch_batches + 1);
-    if (max_shard_bytes_ == 0) {
+    if (slot_bytes_ == 0) {
       slots_ = 1;
     } else {
-      slots_ = options_.memory_budget > reserve
-                   ? (options_.memory_budget - reserve) / max_shard_bytes_
-                   : 0;
+      slots_ = options_.memory_budget > reserve ? (options_.memory_budget - reserve) / slot_bytes_
+                                                : 0;
     }
     if (device_ >= 0) {
       gpu::StagerOptions so;
@@ -181,8 +214,8 @@ class LoaderImpl final : public Loader {
       return InvalidArgument(
           "memory_budget " + std::to_string(options_.memory_budget >> 20) +
           " MiB is too small: this plan keeps " + std::to_string(need) + " shards of up to " +
-          std::to_string(max_shard_bytes_ >> 10) + " KiB alive at once; it needs at least " +
-          std::to_string((need * max_shard_bytes_ + reserve + (1 << 20) - 1) >> 20) +
+          std::to_string(slot_bytes_ >> 10) + " KiB alive at once; it needs at least " +
+          std::to_string((need * slot_bytes_ + reserve + (1 << 20) - 1) >> 20) +
           " MiB (or a smaller shuffle_window_shards, batch_size or prefetch_batches)");
     }
     // No more slots than the plan can use at once: fewer buffers to fault in
@@ -235,6 +268,7 @@ class LoaderImpl final : public Loader {
 
   uint64_t num_batches() const override { return epoch_ ? epoch_->plan.num_batches() : 0; }
   LoaderState state() const override { return last_state_; }
+  std::string_view read_unit() const override { return sample_reads_ ? "sample" : "shard"; }
   LoaderStats stats() const override {
     LoaderStats s;
     {
@@ -411,8 +445,8 @@ class LoaderImpl final : public Loader {
     }
     std::unique_ptr<ReadQueue> queue = std::move(queue_or).value();
     std::vector<ReadCompletion> done;
-    std::vector<std::pair<uint64_t, Deadline>> retry_at;  // use index, when
-    // use index -> its deadline: read_timeout from the first attempt, so a
+    std::vector<std::pair<uint64_t, Deadline>> retry_at;  // read tag, when
+    // read tag -> its deadline: read_timeout from the first attempt, so a
     // dead cluster fails the epoch after read_timeout, retries included.
     std::map<uint64_t, Deadline> started;
     while (true) {
@@ -433,10 +467,12 @@ class LoaderImpl final : public Loader {
         while (e.next_read < e.uses.size() && e.slots_free > 0 &&
                queue->Outstanding() + batch.size() < qo.depth) {
           ShardUse& u = e.uses[e.next_read];
-          u.buffer = shard_pool_->Get(max_shard_bytes_);
+          u.buffer = shard_pool_->Get(slot_bytes_);
           u.state = ShardState::kReading;
+          u.parts_left = sample_reads_ ? 2 : 1;
           e.slots_free--;
-          batch.push_back(RequestFor(e, e.next_read));
+          batch.push_back(RequestFor(e, TagOf(e.next_read, kHeaderPart)));
+          if (sample_reads_) batch.push_back(RequestFor(e, TagOf(e.next_read, kIndexPart)));
           e.next_read++;
         }
         if (batch.empty() && queue->Outstanding() == 0 && retry_at.empty()) {
@@ -461,9 +497,9 @@ class LoaderImpl final : public Loader {
         if (OnRead(e, c, &retry_at)) started.erase(c.tag);
       }
       const auto now = Clock::now();
-      for (const auto& [use, deadline] : started) {
+      for (const auto& [tag, deadline] : started) {
         if (deadline < now) {
-          const auto& key = manifest_.shards[e.uses[use].shard].key;
+          const auto& key = manifest_.shards[e.uses[UseOf(tag)].shard].key;
           FailAll(e, TimedOut(store_->uri() + "/" + key + ": read did not complete within " +
                               std::to_string(options_.read_timeout.count()) + " ms"));
           // The queue still owns buffers of outstanding reads; its destructor
@@ -474,44 +510,102 @@ class LoaderImpl final : public Loader {
     }
   }
 
-  ReadRequest RequestFor(Epoch& e, uint64_t use) {
-    ShardUse& u = e.uses[use];
+  // The bytes of a shard that read `part` fetches, and where they land in
+  // the use's buffer: the whole shard at 0; or its header at 0 and the
+  // bytes holding its index after it.
+  struct PartRange {
+    uint64_t offset = 0, length = 0, at = 0;
+  };
+  PartRange RangeOf(const ShardUse& u, uint32_t part) const {
     const auto& info = manifest_.shards[u.shard];
+    PartRange r;
+    if (!sample_reads_) {
+      r.length = info.bytes;
+    } else if (part == kHeaderPart) {
+      r.length = std::min<uint64_t>(info.bytes, format::kShardHeaderBytes);
+    } else {
+      ShardView::IndexRange(format::ExpectationFor(manifest_, u.shard), &r.offset, &r.length);
+      r.at = format::kShardHeaderBytes;
+    }
+    return r;
+  }
+
+  ReadRequest RequestFor(Epoch& e, uint64_t tag) {
+    ShardUse& u = e.uses[UseOf(tag)];
+    const PartRange range = RangeOf(u, PartOf(tag));
     ReadRequest r;
-    r.key = info.key;
-    r.offset = 0;
-    r.dst = {u.buffer->data(), info.bytes};
-    r.tag = use;
-    u.attempts++;
+    r.key = manifest_.shards[u.shard].key;
+    r.tag = tag;
+    r.offset = range.offset;
+    r.dst = {u.buffer->data() + range.at, range.length};
+    u.attempts[PartOf(tag)]++;
     return r;
   }
 
   // Handles a landed read; false when it is to be retried.
   bool OnRead(Epoch& e, const ReadCompletion& c,
               std::vector<std::pair<uint64_t, Deadline>>* retry) {
-    ShardUse& u = e.uses[c.tag];
+    ShardUse& u = e.uses[UseOf(c.tag)];
+    const uint32_t part = PartOf(c.tag);
     const auto& info = manifest_.shards[u.shard];
+    {
+      std::lock_guard lock(e.mu);
+      // The other part of a per-sample shard failed first: nothing to add.
+      if (u.state == ShardState::kFailed) return true;
+    }
     Status st = c.status;
-    if (st.ok() && c.bytes != info.bytes) {
+    const PartRange range = RangeOf(u, part);
+    if (st.ok() && c.bytes != range.length && !sample_reads_) {
       st = Corruption(store_->uri() + "/" + info.key + ": truncated: read " +
                       std::to_string(c.bytes) + " bytes, the manifest says " +
                       std::to_string(info.bytes));
+    } else if (st.ok() && c.bytes != range.length) {
+      st = Corruption(store_->uri() + "/" + info.key + ": truncated: read " +
+                      std::to_string(c.bytes) + " bytes at offset " + std::to_string(range.offset) +
+                      ", expected " + std::to_string(range.length) + " (the manifest says " +
+                      std::to_string(info.bytes) + " bytes in all)");
     }
-    if (!st.ok() && st.retryable() && u.attempts <= options_.read_retries) {
+    if (!st.ok() && st.retryable() && u.attempts[part] <= options_.read_retries) {
       // Exponential backoff from 50 ms: a restarting OSD needs a moment.
-      auto delay = std::chrono::milliseconds(50 << std::min<uint32_t>(u.attempts - 1, 6));
+      auto delay = std::chrono::milliseconds(50 << std::min<uint32_t>(u.attempts[part] - 1, 6));
       retry->emplace_back(c.tag, Clock::now() + delay);
       std::lock_guard lock(stats_mu_);
       stats_.read_retries++;
       return false;
     }
-    if (st.ok()) {
+    if (st.ok() && sample_reads_) {
+      std::lock_guard lock(stats_mu_);
+      stats_.bytes_read += c.bytes;
+    }
+    if (st.ok() && --u.parts_left > 0) return true;  // the other part is still to land
+    if (st.ok() && !sample_reads_) {
       auto view = ShardView::Parse({u.buffer->data(), info.bytes},
                                    format::ExpectationFor(manifest_, u.shard));
       if (view.ok()) {
         u.view = std::move(view).value();
       } else {
-        st = view.status();
+        st = view.status().WithContext(store_->uri());
+      }
+    } else if (st.ok()) {
+      uint64_t offset, length;
+      const format::ShardExpectation expect = format::ExpectationFor(manifest_, u.shard);
+      ShardView::IndexRange(expect, &offset, &length);
+      const std::byte* base = u.buffer->data();
+      auto view = ShardView::ParseIndex({base, format::kShardHeaderBytes},
+                                        {base + format::kShardHeaderBytes, length}, offset, expect);
+      if (view.ok()) {
+        u.view = std::move(view).value();
+        auto object = store_->OpenReader(info.key);
+        if (object.ok()) {
+          u.object = std::move(object).value();
+          // The records, in the order the workers will want them: a cold
+          // shard streams in from the device as a whole-shard read would.
+          u.object->WillNeed(format::kShardHeaderBytes, u.view.index_offset());
+        } else {
+          st = object.status().WithContext("opening shard " + info.key + " of " + store_->uri());
+        }
+      } else {
+        st = view.status().WithContext(store_->uri());
       }
     } else if (st.code() != Code::kCorruption) {
       st = st.WithContext("reading shard " + info.key + " of " + store_->uri());
@@ -519,7 +613,7 @@ class LoaderImpl final : public Loader {
     {
       std::lock_guard lock(stats_mu_);
       stats_.shards_read += st.ok();
-      stats_.bytes_read += st.ok() ? c.bytes : 0;
+      stats_.bytes_read += st.ok() && !sample_reads_ ? c.bytes : 0;
     }
     std::lock_guard lock(e.mu);
     u.state = st.ok() ? ShardState::kReady : ShardState::kFailed;
@@ -581,6 +675,7 @@ class LoaderImpl final : public Loader {
           if (use.state == ShardState::kReady) {
             use.buffer.reset();
             use.view = ShardView();
+            use.object.reset();
             e.slots_free++;
           }
         }
@@ -623,8 +718,92 @@ class LoaderImpl final : public Loader {
       return store_->uri() + "/" + manifest_.shards[u.shard].key + ": sample " +
              std::to_string(ids[i]);
     };
-    return BatchBuilder::Build(*batch_pool_, columns_, options_.decode, s, e.plan.epoch(),
-                               b + BatchOffset(e), {e.plan.epoch(), e.plan.PositionAfter(b + 1)});
+    uint64_t record_bytes = 0;
+    if (sample_reads_) {
+      s.length = [&](size_t i, size_t c) -> uint64_t {
+        const ShardUse& u = e.uses[e.use_of_sample[first + i]];
+        return u.view.FieldLength(e.local_of_sample[first + i], uint32_t(column_fields_[c]));
+      };
+      s.read = [&](size_t i, std::span<std::byte* const> dst) {
+        const ShardUse& u = e.uses[e.use_of_sample[first + i]];
+        auto n = ReadRecord(u, e.local_of_sample[first + i], dst);
+        if (!n.ok()) return n.status();
+        record_bytes += *n;
+        return Status::Ok();
+      };
+    }
+    Result<Batch> batch =
+        BatchBuilder::Build(*batch_pool_, columns_, options_.decode, s, e.plan.epoch(),
+                            b + BatchOffset(e), {e.plan.epoch(), e.plan.PositionAfter(b + 1)});
+    if (record_bytes > 0) {
+      std::lock_guard lock(stats_mu_);
+      stats_.bytes_read += record_bytes;
+    }
+    return batch;
+  }
+
+  // Per-sample reads: sample `local` of use `u` straight into the batch, the
+  // delivered fields to dst[column] and the others to scratch, in one
+  // scatter read, then its checksum over the bytes just landed (in cache).
+  // Returns the record's size.
+  Result<uint64_t> ReadRecord(const ShardUse& u, uint32_t local, std::span<std::byte* const> dst) {
+    const ShardView& v = u.view;
+    const uint32_t fields = v.field_count();
+    thread_local std::vector<std::byte> skipped;
+    uint64_t record = 0, skipped_bytes = 0;
+    for (uint32_t f = 0; f < fields; ++f) {
+      const uint32_t len = v.FieldLength(local, f);
+      record += len;
+      if (first_column_of_field_[f] < 0) skipped_bytes += len;
+    }
+    if (skipped.size() < skipped_bytes) skipped.resize(skipped_bytes);
+    std::span<std::byte> pieces[format::kMaxFields];
+    uint64_t at = 0;
+    for (uint32_t f = 0; f < fields; ++f) {
+      const uint32_t len = v.FieldLength(local, f);
+      const int c = first_column_of_field_[f];
+      if (c >= 0) {
+        pieces[f] = {dst[size_t(c)], len};
+      } else {
+        pieces[f] = {skipped.data() + at, len};
+        at += len;
+      }
+    }
+    const std::span<const std::span<std::byte>> all(pieces, fields);
+    const uint64_t offset = v.RecordOffset(local);
+    auto where = [&] {
+      return store_->uri() + "/" + v.key() + ": sample " + std::to_string(local) + " (global " +
+             std::to_string(v.first_sample() + local) + ")";
+    };
+    Result<size_t> n = u.object->ReadV(offset, all);
+    for (uint32_t attempt = 1; !n.ok() && n.status().retryable() && attempt <= options_.read_retries;
+         ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 << std::min(attempt - 1, 6u)));
+      n = u.object->ReadV(offset, all);
+    }
+    if (!n.ok()) return n.status().WithContext(where());
+    if (*n != record) {
+      return Corruption(where() + ": truncated: read " + std::to_string(*n) + " of its " +
+                        std::to_string(record) + " bytes at offset " + std::to_string(offset));
+    }
+    uint64_t hash;
+    if (fields == 1) {
+      hash = format::Hash64(pieces[0]);
+    } else {
+      format::Hash64Stream h;
+      for (const auto& p : all) h.Update(p);
+      hash = h.Digest();
+    }
+    Status st = v.CheckRecord(local, hash);
+    if (!st.ok()) return st.WithContext(store_->uri());
+    // A field delivered twice: its other columns are copies.
+    for (size_t c = 0; c < column_fields_.size(); ++c) {
+      const int first = first_column_of_field_[size_t(column_fields_[c])];
+      if (first != int(c)) {
+        std::memcpy(dst[c], dst[size_t(first)], v.FieldLength(local, uint32_t(column_fields_[c])));
+      }
+    }
+    return record;
   }
 
   // Batches before the start position, so Batch::index counts from the
@@ -642,6 +821,11 @@ class LoaderImpl final : public Loader {
   const std::vector<int> column_fields_;  // manifest field index of each column
   std::vector<uint32_t> shard_samples_;
   uint64_t max_shard_bytes_ = 0;
+  // read_unit "sample" (decided once, at Open), the size of one shard slot,
+  // and which column receives each field (-1: read, checked, not delivered).
+  bool sample_reads_ = false;
+  uint64_t slot_bytes_ = 0;
+  std::vector<int> first_column_of_field_;
   uint64_t slots_ = 0;
   std::shared_ptr<BufferPool> shard_pool_;
   std::shared_ptr<BufferPool> batch_pool_;
@@ -667,6 +851,13 @@ Status ValidateOptions(const LoaderOptions& o) {
     return InvalidArgument("decode size must be between 1x1 and 8192x8192");
   }
   if (o.read_timeout.count() <= 0) return InvalidArgument("read_timeout must be positive");
+  if (o.read_unit != "auto" && o.read_unit != "shard" && o.read_unit != "sample") {
+    return InvalidArgument("read_unit must be auto, shard or sample, not '" + o.read_unit + "'");
+  }
+  if (o.read_unit == "sample" && o.direct_io) {
+    return InvalidArgument(
+        "read_unit sample cannot be used with direct_io: records are not block-aligned");
+  }
   STOKER_RETURN_IF_ERROR(ParseDevice(o.device).status());
   return Status::Ok();
 }

@@ -82,6 +82,27 @@ class MemoryReadQueue final : public ReadQueue {
   std::vector<ReadCompletion> ready_;
 };
 
+// A snapshot of one object: a concurrent Put replaces the object, never the
+// bytes this reader holds (as an open file keeps its inode).
+class MemoryObjectReader final : public ObjectReader {
+ public:
+  explicit MemoryObjectReader(std::shared_ptr<const Bytes> object) : object_(std::move(object)) {}
+
+  Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
+    size_t done = 0;
+    for (std::span<std::byte> d : dsts) {
+      if (offset + done >= object_->size()) break;
+      const size_t n = std::min<size_t>(d.size(), object_->size() - (offset + done));
+      std::memcpy(d.data(), object_->data() + offset + done, n);
+      done += n;
+    }
+    return done;
+  }
+
+ private:
+  std::shared_ptr<const Bytes> object_;
+};
+
 class MemoryStore final : public Store {
  public:
   explicit MemoryStore(std::string uri) : state_(std::make_shared<MemoryState>(std::move(uri))) {}
@@ -92,6 +113,13 @@ class MemoryStore final : public Store {
     if (options.depth == 0) return InvalidArgument("ReadQueueOptions::depth must be at least 1");
     return std::unique_ptr<ReadQueue>(std::make_unique<MemoryReadQueue>(state_));
   }
+
+  Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override {
+    STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const Bytes> object, state_->Get(key));
+    return std::unique_ptr<ObjectReader>(std::make_unique<MemoryObjectReader>(std::move(object)));
+  }
+
+  bool local_reads() const override { return true; }
 
   // Whole-object reads take one snapshot, so unlike the default (Stat, then
   // Read) they never see a concurrent Put change the size.

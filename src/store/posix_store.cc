@@ -12,7 +12,10 @@
 // pool running pread when io_uring is unavailable (see NewPosixStore).
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -249,6 +252,113 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
   return Status::Ok();
 }
 
+// One open file; ReadV is preadv, from any thread (the file offset is not
+// used). Reads the same inode to the end: a Put replaces the object by
+// rename, never in place.
+class PosixObjectReader final : public ObjectReader {
+ public:
+  PosixObjectReader(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixObjectReader() override { ::close(fd_); }
+  PosixObjectReader(const PosixObjectReader&) = delete;
+  PosixObjectReader& operator=(const PosixObjectReader&) = delete;
+
+  Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
+    constexpr size_t kMaxIov = 64;
+    struct iovec iov[kMaxIov];
+    size_t done = 0, piece = 0, into = 0;  // into: bytes of dsts[piece] already read
+    while (piece < dsts.size()) {
+      size_t n = 0;
+      for (size_t k = piece; k < dsts.size() && n < kMaxIov; ++k) {
+        const size_t skip = k == piece ? into : 0;
+        if (dsts[k].size() == skip) continue;
+        iov[n].iov_base = dsts[k].data() + skip;
+        iov[n].iov_len = dsts[k].size() - skip;
+        ++n;
+      }
+      if (n == 0) break;
+      const ssize_t got = ::preadv(fd_, iov, int(n), static_cast<off_t>(offset + done));
+      if (got < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return posix::ReadErrorStatus(errno, path_, /*direct=*/false);
+      }
+      if (got == 0) break;  // the end of the file
+      done += size_t(got);
+      // Step over what landed.
+      size_t left = size_t(got);
+      while (left > 0 && piece < dsts.size()) {
+        const size_t room = dsts[piece].size() - into;
+        if (left < room) {
+          into += left;
+          left = 0;
+        } else {
+          left -= room;
+          ++piece;
+          into = 0;
+        }
+      }
+      while (piece < dsts.size() && dsts[piece].size() == into) {
+        ++piece;
+        into = 0;
+      }
+    }
+    return done;
+  }
+
+  void WillNeed(uint64_t offset, uint64_t length) override {
+    // Advice only: an error here changes nothing that a read would not report.
+    (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length),
+                          POSIX_FADV_WILLNEED);
+  }
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
+// Opens an object's file for reading and stats it; a folder is NotFound.
+Result<int> OpenObject(const std::string& path, struct stat* st) {
+  STOKER_ASSIGN_OR_RETURN(int fd, posix::OpenForRead(path, /*direct=*/false));
+  if (::fstat(fd, st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoToStatus(err, "fstat " + path);
+  }
+  if (S_ISDIR(st->st_mode)) {
+    ::close(fd);
+    return NotFound(path + ": is a folder, not an object");
+  }
+  return fd;
+}
+
+// File systems whose reads are served by this machine: disks and memory.
+// Network file systems (NFS, CephFS, anything through FUSE) are not: there a
+// small read may be a round trip.
+// A root not created yet is judged by the folder it will be created in.
+bool IsLocalFileSystem(std::string path) {
+  struct statfs fs;
+  while (true) {
+    int rc;
+    do {
+      rc = ::statfs(path.c_str(), &fs);
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0) break;
+    const size_t slash = path.find_last_of('/');
+    if (errno != ENOENT || slash == std::string::npos || path == "/") return false;
+    path = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case F2FS_SUPER_MAGIC:
+    case OVERLAYFS_SUPER_MAGIC:  // containers; its layers are local
+      return true;
+    default:
+      return false;
+  }
+}
+
 class PosixStore final : public Store {
  public:
   PosixStore(std::string root, std::string uri, Engine engine, uint32_t io_threads)
@@ -274,22 +384,23 @@ class PosixStore final : public Store {
     return c.bytes;
   }
 
+  Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = JoinPath(root_, key);
+    struct stat st;
+    STOKER_ASSIGN_OR_RETURN(int fd, OpenObject(path, &st));
+    return std::unique_ptr<ObjectReader>(std::make_unique<PosixObjectReader>(fd, path));
+  }
+
+  bool local_reads() const override { return IsLocalFileSystem(root_); }
+
   // Size and bytes from one open file: a Put replaces the object by rename,
   // never in place, so the open inode cannot change size under us.
   Result<std::vector<std::byte>> ReadAll(std::string_view key) override {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
     const std::string path = JoinPath(root_, key);
-    STOKER_ASSIGN_OR_RETURN(int fd, posix::OpenForRead(path, /*direct=*/false));
     struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoToStatus(err, "fstat " + path);
-    }
-    if (S_ISDIR(st.st_mode)) {
-      ::close(fd);
-      return NotFound(path + ": is a folder, not an object");
-    }
+    STOKER_ASSIGN_OR_RETURN(int fd, OpenObject(path, &st));
     const auto size = static_cast<size_t>(st.st_size);
     std::vector<std::byte> data(size + 1);  // +1: notices growth by an outside writer
     Result<size_t> n = posix::PreadFully(fd, 0, data, /*direct=*/false, path);

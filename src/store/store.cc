@@ -98,6 +98,36 @@ Result<size_t> Store::Read(std::string_view key, uint64_t offset, std::span<std:
   return done[0].bytes;
 }
 
+namespace {
+
+// Store::OpenReader's default: each piece is one Store::Read.
+class StoreObjectReader final : public ObjectReader {
+ public:
+  StoreObjectReader(Store* store, std::string key) : store_(store), key_(std::move(key)) {}
+
+  Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
+    size_t done = 0;
+    for (std::span<std::byte> d : dsts) {
+      if (d.empty()) continue;
+      STOKER_ASSIGN_OR_RETURN(size_t n, store_->Read(key_, offset + done, d));
+      done += n;
+      if (n < d.size()) break;  // the object's end
+    }
+    return done;
+  }
+
+ private:
+  Store* store_;  // outlives the reader (OpenReader's contract)
+  std::string key_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ObjectReader>> Store::OpenReader(std::string_view key) {
+  STOKER_RETURN_IF_ERROR(Stat(key).status());
+  return std::unique_ptr<ObjectReader>(std::make_unique<StoreObjectReader>(this, std::string(key)));
+}
+
 Result<std::vector<std::byte>> Store::ReadAll(std::string_view key) {
   STOKER_ASSIGN_OR_RETURN(ObjectInfo info, Stat(key));
   if (info.size >= std::numeric_limits<size_t>::max() / 2) {

@@ -38,6 +38,24 @@ def test_one_epoch_delivers_every_sample_once_with_its_bytes(dataset):
     assert seen != sorted(seen), "shuffle=True should not give the packed order"
 
 
+def test_read_units_deliver_the_same_batches(dataset):
+    uri, src = dataset
+    runs = {}
+    for unit in ("shard", "sample"):
+        loader = stoker.Loader(uri, batch_size=16, rank=0, world_size=1, seed=3, read_unit=unit)
+        assert loader.read_unit == unit
+        runs[unit] = []
+        for batch in loader:
+            check_batch_content(batch, src)
+            runs[unit].append((batch["sample_ids"].tolist(), batch["label"].tolist(),
+                               batch["image"].data.tobytes()))
+    assert runs["shard"] == runs["sample"]
+    # Small samples: auto keeps whole-shard reads.
+    assert stoker.Loader(uri, 16, rank=0, world_size=1).read_unit == "shard"
+    with pytest.raises(ValueError, match="read_unit must be"):
+        stoker.Loader(uri, 16, rank=0, world_size=1, read_unit="records")
+
+
 def test_no_shuffle_gives_packed_order(dataset):
     uri, src = dataset
     ids = [i for b in collect_ids(stoker.Loader(uri, 7, shuffle=False, world_size=1, rank=0))
