@@ -96,6 +96,7 @@ run() {
     free -g | head -2
     nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total,clocks.sm,clocks.mem \
       --format=csv
+    echo "/tmp is $(stat -f -c %T /tmp)"
     ldd "$bin/stoker" | grep -i 'not found' || echo "ldd: all libraries found"
   } 2>&1 | tee "$out/machine.txt"
 
@@ -174,15 +175,17 @@ EOF
   step "bench gpu-loader: into HBM vs host delivery"
   local threads
   threads=$(nproc)
-  # engine | flags. The threads engine: io_uring serves page-cache hits in
-  # its one submitting thread, which caps a hot read (run of 2026-12-02).
+  # engine | flags. The threads engine for whole-shard reads: io_uring is at
+  # 0.86 of it for page-cache hits (run of 2026-12-03). Each read unit is
+  # run in the same session, on the same data, for a same-machine A/B.
   local t=$threads t15=$((threads * 3 / 2)) t2=$((threads * 2))
   local configs=(
-    "threads|--threads $t --batch-size 256 --reads-in-flight 32 --prefetch 8 --budget-mib 2048"
-    "threads|--threads $t15 --batch-size 256 --reads-in-flight 64 --prefetch 16 --budget-mib 4096"
-    "threads|--threads $t15 --batch-size 256 --reads-in-flight 128 --prefetch 16 --budget-mib 8192"
-    "threads|--threads $t2 --batch-size 256 --reads-in-flight 128 --prefetch 16 --budget-mib 8192"
-    "threads|--threads $t15 --batch-size 256 --reads-in-flight 64 --prefetch 16 --budget-mib 4096 --compute-us 2500"
+    "threads|--read-unit shard --threads $t15 --batch-size 256 --reads-in-flight 64 --prefetch 16 --budget-mib 4096"
+    "threads|--read-unit sample --threads $t --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096"
+    "threads|--read-unit sample --threads $t15 --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096"
+    "threads|--read-unit sample --threads $t2 --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096"
+    "threads|--read-unit shard --threads $t2 --batch-size 256 --reads-in-flight 128 --prefetch 16 --budget-mib 8192"
+    "threads|--read-unit sample --threads $t15 --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096 --compute-us 2500"
   )
   local i=0 engine cfg
   for entry in "${configs[@]}"; do
@@ -196,7 +199,7 @@ EOF
 import json, sys
 j = json.load(open(sys.argv[1]))
 h, c = j["host"], j["cuda"]
-print(f"{sys.argv[2]:8} {sys.argv[3]:90}\n         host {h['gb_per_s']:6.2f} GB/s  cuda {c['gb_per_s']:6.2f} GB/s "
+print(f"{sys.argv[2]:8} {sys.argv[3]:90}\n         [{j.get('read_unit', '?')}] host {h['gb_per_s']:6.2f} GB/s  cuda {c['gb_per_s']:6.2f} GB/s "
       f"{c['samples_per_s']:9.0f} samples/s  h2d busy {c['h2d_seconds']:.2f}s  "
       f"time cuda/host {j['cuda_vs_host_time']:.3f}  wait host {j['host_median_wait_seconds']:.2f}s "
       f"cuda {j['cuda_median_wait_seconds']:.2f}s  hidden {100 * j['h2d_hidden_share']:.1f}%")

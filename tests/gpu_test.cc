@@ -182,10 +182,16 @@ Result<std::unique_ptr<Loader>> OpenOnGpu(const Dataset& ds, uint64_t device_bud
 TEST(GpuLoader, BytesOnTheDeviceEqualTheShardBytes) {
   SKIP_WITHOUT_GPU();
   Dataset ds(600);
+  // Both read units: records collated from shard buffers, or read straight
+  // into the pinned batch buffers.
+  for (const char* unit : {"shard", "sample"}) {
+  SCOPED_TRACE(unit);
   LoaderOptions o = GpuOptions("cuda:0");
   o.prefetch_batches = 2;  // buffers come round often
+  o.read_unit = unit;
   auto l = Loader::Open(ds.uri, o);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ((*l)->read_unit(), unit);
   Stream stream;
   uint64_t batches = 0;
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
@@ -209,6 +215,7 @@ TEST(GpuLoader, BytesOnTheDeviceEqualTheShardBytes) {
   const LoaderStats s = (*l)->stats();
   EXPECT_GT(s.h2d_bytes, 0u);
   EXPECT_GT(s.h2d_time.count(), 0);
+  }
 }
 
 // A host function on the consumer's stream stands in for a slow kernel: the
