@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -627,6 +629,60 @@ TEST_P(LoaderReadUnits, ShardTruncatedWhileTheEpochRunsIsNamed) {
   EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
   EXPECT_NE(err.message().find("truncated"), std::string::npos) << err.ToString();
   EXPECT_NE(err.message().find(last.key), std::string::npos) << err.ToString();
+}
+
+// A store whose record reads block until released: a disk that stopped.
+class BlockingReads final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override {
+    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> r, target()->OpenReader(key));
+    return std::unique_ptr<ObjectReader>(std::make_unique<Reader>(std::move(r), this));
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  struct Reader final : ObjectReader {
+    Reader(std::unique_ptr<ObjectReader> r, BlockingReads* s) : inner(std::move(r)), store(s) {}
+    Result<size_t> ReadV(uint64_t o, std::span<const std::span<std::byte>> d) override {
+      std::unique_lock lock(store->mu_);
+      store->cv_.wait(lock, [&] { return store->released_; });
+      return inner->ReadV(o, d);
+    }
+    std::unique_ptr<ObjectReader> inner;
+    BlockingReads* store;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+TEST_P(LoaderReadUnits, BlockedRecordReadIsTimedOutNotAHang) {
+  Fixture f(40, 2, 500, 800, 16 << 10, GetParam());
+  auto store = std::make_shared<BlockingReads>(*OpenStore(f.uri, Sample(4).store));
+  LoaderOptions o = Sample(4);
+  o.read_timeout = std::chrono::milliseconds(300);
+  auto l = Loader::Open(store, o);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const auto start = Clock::now();
+  auto b = (*l)->Next();
+  const auto waited = Clock::now() - start;
+  store->Release();  // so that the workers can finish and the loader close
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kTimedOut) << b.status().ToString();
+  EXPECT_NE(b.status().message().find("batch 0 of epoch 0 was not built within read_timeout"),
+            std::string::npos)
+      << b.status().ToString();
+  EXPECT_NE(b.status().message().find(f.uri), std::string::npos) << b.status().ToString();
+  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  // After the stall the next epoch reads normally.
+  ASSERT_TRUE((*l)->StartEpoch(1).ok());
+  EXPECT_EQ(ReadEpochChecked(**l, f).size(), 40u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Posix, LoaderReadUnits, ::testing::Values("io_uring", "threads"),

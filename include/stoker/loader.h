@@ -102,7 +102,9 @@ struct LoaderOptions {
   uint32_t read_retries = 3;
   // Deadline of one shard read, from its first attempt, retries included:
   // past it the epoch fails with TimedOut naming the shard, so a dead
-  // cluster is an error after read_timeout, not a hang. Default: 60 s.
+  // cluster is an error after read_timeout, not a hang. With per-sample
+  // reads (read_unit), Next() also fails with TimedOut when the batch it
+  // waits for is not built within read_timeout. Default: 60 s.
   std::chrono::milliseconds read_timeout{60000};
   // Where Open starts: epoch 0 from its beginning, or a saved state to
   // resume from (nothing before it is read). Default: {0, 0}.
@@ -128,6 +130,7 @@ inline constexpr uint64_t kSampleReadMinBytes = 64 * 1024;
 
 struct LoaderStats {
   uint64_t shards_read = 0;
+  // Whole shards; with per-sample reads, records plus headers and indexes.
   uint64_t bytes_read = 0;
   uint64_t samples_delivered = 0;
   uint64_t batches_delivered = 0;
