@@ -177,13 +177,14 @@ EOF
   threads=$(nproc)
   # engine | flags. The threads engine for whole-shard reads: io_uring is at
   # 0.86 of it for page-cache hits (run of 2026-12-03). Each read unit is
-  # run in the same session, on the same data, for a same-machine A/B.
+  # run in the same session, on the same data, for a same-machine A/B; the
+  # row without --read-unit shows what "auto" picks.
   local t=$threads t15=$((threads * 3 / 2)) t2=$((threads * 2))
   local configs=(
     "threads|--read-unit shard --threads $t15 --batch-size 256 --reads-in-flight 64 --prefetch 16 --budget-mib 4096"
     "threads|--read-unit sample --threads $t --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096"
     "threads|--read-unit sample --threads $t15 --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096"
-    "threads|--read-unit sample --threads $t2 --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096"
+    "threads|--threads $t --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096"
     "threads|--read-unit shard --threads $t2 --batch-size 256 --reads-in-flight 128 --prefetch 16 --budget-mib 8192"
     "threads|--read-unit sample --threads $t15 --batch-size 256 --reads-in-flight 32 --prefetch 16 --budget-mib 4096 --compute-us 2500"
   )
