@@ -590,12 +590,13 @@ class LoaderImpl final : public Loader {
 
   // ---- per-sample reads: the index loader -------------------------------------
   // Takes the reader's place with read_unit "sample": loads each shard's
-  // header and index, in order of first use, synchronously. A few small
-  // reads and no hand-offs per shard: through the read queue, two small
-  // reads with a thread hand-off each capped a 16-core machine at about
-  // 4,300 shards a second (4 MiB shards of 128 KiB samples: 14-16 GB/s,
-  // against 35-39 GB/s with 64 MiB shards). Cold shards still stream in
-  // ahead: each loaded shard's records are handed to the kernel's
+  // header and index, in order of first use, synchronously (a few small
+  // reads, no thread hand-offs), for every batch the workers may build.
+  // Keeping only reads_in_flight indexes ahead starved the workers on a
+  // 16-core H200 machine: a 256 x 128 KiB batch spans ~16 shards of 4 MiB,
+  // and 32 indexes ahead gave 14-16 GB/s (35-39 GB/s with 64 MiB shards);
+  // loading for the whole build window gives 29. Cold shards still stream
+  // in ahead: each loaded shard's records are handed to the kernel's
   // readahead (WillNeed) before the workers need them.
   void IndexLoop(Epoch& e) {
     while (true) {
