@@ -67,6 +67,13 @@ struct Fixture {
   }
 };
 
+// XORs byte `at` of a file with `mask` (twice restores it).
+void FlipByte(const fs::path& path, size_t at, std::byte mask) {
+  auto bytes = testing::ReadFile(path);
+  bytes.at(at) ^= mask;
+  testing::WriteFile(path, bytes);
+}
+
 LoaderOptions Opts(uint32_t batch, const std::string& engine = "auto") {
   LoaderOptions o;
   o.batch_size = batch;
@@ -417,9 +424,7 @@ TEST(LoaderTest, CorruptSampleIsNamedNotDelivered) {
   Fixture f(60, 2, 500, 800, 16 << 10);
   const auto& shard = f.manifest.shards[1];
   const fs::path path = fs::path(f.uri) / shard.key;
-  auto bytes = testing::ReadFile(path);
-  bytes[format::kShardHeaderBytes + 10] ^= std::byte{0x40};  // inside the first record
-  testing::WriteFile(path, bytes);
+  FlipByte(path, format::kShardHeaderBytes + 10, std::byte{0x40});  // inside the first record
   auto l = Loader::Open(f.uri, Opts(4));
   ASSERT_TRUE(l.ok());
   Status err;
@@ -558,9 +563,7 @@ TEST_P(LoaderReadUnits, CorruptRecordIsNamedNotDelivered) {
   Fixture f(60, 2, 500, 800, 16 << 10, GetParam());
   const auto& shard = f.manifest.shards[1];
   const fs::path path = fs::path(f.uri) / shard.key;
-  auto bytes = testing::ReadFile(path);
-  bytes[format::kShardHeaderBytes + 10] ^= std::byte{0x40};  // inside the first record
-  testing::WriteFile(path, bytes);
+  FlipByte(path, format::kShardHeaderBytes + 10, std::byte{0x40});  // inside the first record
   auto l = Loader::Open(f.uri, Sample(4));
   ASSERT_TRUE(l.ok());
   const Status err = FirstError(**l, shard.first_sample);
@@ -579,15 +582,14 @@ TEST_P(LoaderReadUnits, CorruptIndexOrHeaderIsNamed) {
   for (const bool header : {true, false}) {
     const auto& shard = f.manifest.shards[header ? 0 : 2];
     const fs::path path = fs::path(f.uri) / shard.key;
-    auto bytes = testing::ReadFile(path);
+    const auto bytes = testing::ReadFile(path);
     const uint64_t index_offset = *reinterpret_cast<const uint64_t*>(bytes.data() + 40);
-    bytes[header ? 20 : index_offset + 3] ^= std::byte{0x01};
-    testing::WriteFile(path, bytes);
+    const size_t at = header ? 20 : index_offset + 3;
+    FlipByte(path, at, std::byte{0x01});
     auto l = Loader::Open(f.uri, Sample(4));
     ASSERT_TRUE(l.ok());
     const Status err = FirstError(**l);
-    bytes[header ? 20 : index_offset + 3] ^= std::byte{0x01};
-    testing::WriteFile(path, bytes);  // mended for the next round
+    FlipByte(path, at, std::byte{0x01});  // mended for the next round
     EXPECT_NE(err.message().find(f.uri), std::string::npos) << err.ToString();
     EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
     EXPECT_NE(err.message().find(shard.key), std::string::npos) << err.ToString();

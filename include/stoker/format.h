@@ -232,12 +232,14 @@ class ShardView {
 
  private:
   // What ParseCommon checks: the header, the object's size, and bytes of it
-  // that hold the index (for a whole shard: all of it, from 0).
+  // that hold the index (for a whole shard: all of it, from 0, and the view
+  // keeps it as its records).
   struct Parts {
     std::span<const std::byte> header;
     uint64_t size = 0;
     std::span<const std::byte> tail;
     uint64_t tail_offset = 0;
+    bool whole = false;
   };
   static Result<ShardView> ParseCommon(const Parts& parts, std::string_view key,
                                        const ShardExpectation* expect);

@@ -160,12 +160,12 @@ Result<ShardView> ShardView::Parse(std::span<const std::byte> shard,
     return Corruption(k + ": " + std::to_string(size) + " bytes, manifest says " +
                       std::to_string(expect.bytes));
   }
-  return ParseCommon({shard, shard.size(), shard, 0}, expect.key, &expect);
+  return ParseCommon({shard, shard.size(), shard, 0, /*whole=*/true}, expect.key, &expect);
 }
 
 Result<ShardView> ShardView::ParseStandalone(std::span<const std::byte> shard,
                                              std::string_view key) {
-  return ParseCommon({shard, shard.size(), shard, 0}, key, nullptr);
+  return ParseCommon({shard, shard.size(), shard, 0, /*whole=*/true}, key, nullptr);
 }
 
 void ShardView::IndexRange(const ShardExpectation& expect, uint64_t* offset, uint64_t* length) {
@@ -225,10 +225,7 @@ Result<ShardView> ShardView::ParseCommon(const Parts& parts, std::string_view ke
 
   ShardView v;
   v.key_ = k;
-  // A whole shard is its header's span; an index-only view holds no records.
-  if (parts.tail_offset == 0 && parts.tail.size() == size && parts.tail.data() == p) {
-    v.shard_ = parts.tail;
-  }
+  if (parts.whole) v.shard_ = parts.tail;  // an index-only view holds no records
   v.field_count_ = LoadLE<uint16_t>(p + kOffFieldCount);
   v.entry_bytes_ = LoadLE<uint16_t>(p + kOffEntryBytes);
   std::memcpy(v.dataset_id_.data(), p + kOffDatasetId, v.dataset_id_.size());

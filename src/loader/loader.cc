@@ -47,6 +47,12 @@ using format::ShardView;
 
 enum class ShardState { kPending, kReading, kReady, kFailed };
 
+// Exponential backoff before retry `attempt` (1, 2, ...): a restarting OSD
+// needs a moment.
+std::chrono::milliseconds Backoff(uint32_t attempt, uint32_t first_ms = 50) {
+  return std::chrono::milliseconds(uint64_t{first_ms} << std::min<uint32_t>(attempt - 1, 6));
+}
+
 // Per-epoch bookkeeping of one shard this rank uses.
 struct ShardUse {
   uint32_t shard = 0;
@@ -558,7 +564,7 @@ class LoaderImpl final : public Loader {
     }
     if (!st.ok() && st.retryable() && u.attempts <= options_.read_retries) {
       // Exponential backoff from 50 ms: a restarting OSD needs a moment.
-      auto delay = std::chrono::milliseconds(50 << std::min<uint32_t>(u.attempts - 1, 6));
+      auto delay = Backoff(u.attempts);
       retry->emplace_back(c.tag, Clock::now() + delay);
       std::lock_guard lock(stats_mu_);
       stats_.read_retries++;
@@ -624,7 +630,7 @@ class LoaderImpl final : public Loader {
           std::lock_guard lock(stats_mu_);
           stats_.read_retries++;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50 << std::min(attempt - 1, 6u)));
+        std::this_thread::sleep_for(Backoff(attempt));
         st = LoadIndex(u);
       }
       {
@@ -805,23 +811,23 @@ class LoaderImpl final : public Loader {
     const ShardView& v = u.view;
     const uint32_t fields = v.field_count();
     thread_local std::vector<std::byte> skipped;
+    uint32_t len[format::kMaxFields];
     uint64_t record = 0, skipped_bytes = 0;
     for (uint32_t f = 0; f < fields; ++f) {
-      const uint32_t len = v.FieldLength(local, f);
-      record += len;
-      if (first_column_of_field_[f] < 0) skipped_bytes += len;
+      len[f] = v.FieldLength(local, f);
+      record += len[f];
+      if (first_column_of_field_[f] < 0) skipped_bytes += len[f];
     }
     if (skipped.size() < skipped_bytes) skipped.resize(skipped_bytes);
     std::span<std::byte> pieces[format::kMaxFields];
     uint64_t at = 0;
     for (uint32_t f = 0; f < fields; ++f) {
-      const uint32_t len = v.FieldLength(local, f);
       const int c = first_column_of_field_[f];
       if (c >= 0) {
-        pieces[f] = {dst[size_t(c)], len};
+        pieces[f] = {dst[size_t(c)], len[f]};
       } else {
-        pieces[f] = {skipped.data() + at, len};
-        at += len;
+        pieces[f] = {skipped.data() + at, len[f]};
+        at += len[f];
       }
     }
     const std::span<const std::span<std::byte>> all(pieces, fields);
@@ -833,7 +839,7 @@ class LoaderImpl final : public Loader {
     Result<size_t> n = u.object->ReadV(offset, all);
     for (uint32_t attempt = 1; !n.ok() && n.status().retryable() && attempt <= options_.read_retries;
          ++attempt) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10 << std::min(attempt - 1, 6u)));
+      std::this_thread::sleep_for(Backoff(attempt, 10));
       n = u.object->ReadV(offset, all);
     }
     if (!n.ok()) return n.status().WithContext(where());
@@ -854,9 +860,7 @@ class LoaderImpl final : public Loader {
     // A field delivered twice: its other columns are copies.
     for (size_t c = 0; c < column_fields_.size(); ++c) {
       const int first = first_column_of_field_[size_t(column_fields_[c])];
-      if (first != int(c)) {
-        std::memcpy(dst[c], dst[size_t(first)], v.FieldLength(local, uint32_t(column_fields_[c])));
-      }
+      if (first != int(c)) std::memcpy(dst[c], dst[size_t(first)], len[column_fields_[c]]);
     }
     return record;
   }
