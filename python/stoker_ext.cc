@@ -855,11 +855,13 @@ std::unique_ptr<CheckpointerHandle> MakeCheckpointer(const std::string& uri, uin
                                                      uint32_t write_retries,
                                                      std::string posix_engine,
                                                      uint32_t store_io_threads,
-                                                     double op_timeout_s) {
+                                                     double op_timeout_s, bool direct_io) {
   CheckpointerOptions o;
   o.io_threads = io_threads;
   o.write_retries = write_retries;
   o.store = MakeStoreOptions(posix_engine, store_io_threads, op_timeout_s);
+  o.store.direct_writes = direct_io;
+  o.direct_reads = direct_io;
   return std::make_unique<CheckpointerHandle>(uri, o);
 }
 
@@ -955,7 +957,7 @@ PYBIND11_MODULE(_stoker, m) {
   py::class_<CheckpointerHandle>(m, "_Checkpointer")
       .def(py::init(&MakeCheckpointer), py::arg("uri"), py::arg("io_threads"),
            py::arg("write_retries"), py::arg("posix_engine"), py::arg("store_io_threads"),
-           py::arg("op_timeout_s"))
+           py::arg("op_timeout_s"), py::arg("direct_io"))
       .def("save", &CheckpointerHandle::Save, py::arg("name"), py::arg("tensors"),
            py::arg("options"))
       .def("save_async", &CheckpointerHandle::SaveAsync, py::arg("name"), py::arg("tensors"),

@@ -625,6 +625,91 @@ TEST(CkptRetry, AFailedBackgroundSaveIsReportedAndChangesNothing) {
   EXPECT_EQ(refused->left_.load(), 999);
 }
 
+// ---- past the page cache -----------------------------------------------------
+
+// By default chunks are written and read with O_DIRECT: a save or restore
+// leaves the chunks' bytes out of the page cache (the data a loader keeps
+// cached stays), every read path still returns exact bytes (Restore's own
+// 4 KiB-aligned memory, caller buffers that are aligned and that are not),
+// and with both switched off the chunks go through the page cache.
+TEST(CkptDirect, ChunksBypassThePageCacheUnlessSwitchedOff) {
+  TempDir dir;
+  const std::string why = testing::PageCacheBypassUnavailable(dir.path());
+  if (!why.empty()) GTEST_SKIP() << why;
+  constexpr size_t kScale = 96;  // tensors of 6 and 3 MiB among small ones
+  auto content = MakeCkptContent(31, kScale);
+  SaveOptions so;
+  so.chunk_bytes = 4 << 20;
+  auto cached_pages = [&](const CheckpointManifest& m) {
+    long cached = 0, large = 0;
+    for (const ChunkInfo& c : m.ranks[0].chunks) {
+      if (c.bytes < (1 << 20)) continue;  // small objects are written buffered
+      ++large;
+      const long r = testing::ResidentPages(dir.path() / "ck" / c.key);
+      EXPECT_GE(r, 0) << c.key;
+      cached += r;
+    }
+    EXPECT_GE(large, 4);
+    return std::pair{cached, large};
+  };
+  for (bool direct : {true, false}) {
+    SCOPED_TRACE(direct ? "direct" : "buffered");
+    CheckpointerOptions co;
+    if (!direct) {
+      co.direct_reads = false;
+      co.store.direct_writes = false;
+    }
+    std::filesystem::remove_all(dir.path() / "ck");
+    auto c = OpenCheckpointer((dir.path() / "ck").string(), co);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK((*c)->Save("a", content.refs, so));
+    auto m = (*c)->ReadManifest("a");
+    ASSERT_TRUE(m.ok());
+    auto [after_save, large] = cached_pages(*m);
+    if (direct) {
+      EXPECT_LE(after_save, large) << "pages cached after a direct save";  // a tail page each
+    } else {
+      EXPECT_GT(after_save, large * 256) << "a buffered save leaves its chunks cached";
+    }
+
+    // Restore's own memory: large tensors 4 KiB-aligned.
+    auto r = (*c)->Restore("a", {});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->tensors.size(), content.refs.size());
+    for (size_t i = 0; i < content.refs.size(); ++i) {
+      const auto& want = content.refs[i].data;
+      ASSERT_EQ(r->tensors[i].data.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(r->tensors[i].data.data(), want.data(), want.size()))
+          << content.refs[i].name;
+      if (want.size() >= (256 << 10)) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(r->tensors[i].data.data()) % kDirectIoAlignment, 0u)
+            << content.refs[i].name;
+      }
+    }
+    if (direct) EXPECT_LE(cached_pages(*m).first, large) << "pages cached after a direct restore";
+
+    // Caller buffers at every alignment.
+    for (size_t misalign : {size_t{0}, size_t{1}, size_t{64}}) {
+      std::vector<std::unique_ptr<std::byte, decltype(&std::free)>> blocks;
+      std::vector<TensorDestination> dst;
+      for (const auto& t : content.refs) {
+        blocks.emplace_back(static_cast<std::byte*>(std::aligned_alloc(
+                                kDirectIoAlignment, (t.data.size() + misalign) / kDirectIoAlignment *
+                                                            kDirectIoAlignment +
+                                                        kDirectIoAlignment)),
+                            &std::free);
+        dst.push_back({t.name, {blocks.back().get() + misalign, t.data.size()}});
+      }
+      ASSERT_OK((*c)->RestoreInto("a", dst, {}).status());
+      for (size_t i = 0; i < dst.size(); ++i) {
+        EXPECT_EQ(0, std::memcmp(dst[i].data.data(), content.refs[i].data.data(),
+                                 dst[i].data.size()))
+            << content.refs[i].name << " misaligned by " << misalign;
+      }
+    }
+  }
+}
+
 // ---- a full disk ------------------------------------------------------------
 
 TEST(CkptFullDisk, NoSpaceIsAClearErrorAndThePreviousCheckpointSurvives) {

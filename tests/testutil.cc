@@ -1,7 +1,11 @@
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <grp.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +52,38 @@ void WriteFile(const std::filesystem::path& path, const std::vector<std::byte>& 
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   if (!f) throw std::runtime_error("write failed: " + path.string());
+}
+
+long ResidentPages(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+    ::close(fd);
+    return st.st_size == 0 ? 0 : -1;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return -1;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  long resident = -1;
+  if (::mincore(p, size, vec.data()) == 0) {
+    resident = 0;
+    for (unsigned char v : vec) resident += v & 1;
+  }
+  ::munmap(p, size);
+  return resident;
+}
+
+std::string PageCacheBypassUnavailable(const std::filesystem::path& path) {
+  struct statfs fs;
+  if (::statfs(path.c_str(), &fs) != 0) return "statfs " + path.string() + ": " + std::strerror(errno);
+  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
+    return path.string() + " is on a memory file system (tmpfs/ramfs): no page cache to bypass";
+  }
+  return "";
 }
 
 std::vector<std::byte> ReadFile(const std::filesystem::path& path) {

@@ -42,6 +42,14 @@ std::vector<std::byte> RandomBytes(size_t n, uint64_t seed);
 void WriteFile(const std::filesystem::path& path, const std::vector<std::byte>& data);
 std::vector<std::byte> ReadFile(const std::filesystem::path& path);
 
+// How many of the 4 KiB pages of the file at `path` are in the page cache
+// (mincore), or -1 if it cannot be told (the file cannot be opened or mapped).
+long ResidentPages(const std::filesystem::path& path);
+
+// Whether files under `path` can be written and read past the page cache: a
+// disk file system, not tmpfs or another memory-backed one. "" if so, else why.
+std::string PageCacheBypassUnavailable(const std::filesystem::path& path);
+
 // Runs `body` in a forked child that has dropped to the unprivileged user
 // nobody (uid/gid 65534, no supplementary groups) when the test runs as root,
 // so that file permissions bind it as they bind a user; as a non-root user

@@ -133,8 +133,16 @@ struct CheckpointerOptions {
   // How often rank 0 looks for the other ranks' parts (and they for the
   // commit). Default: 50 ms.
   std::chrono::milliseconds poll_interval{50};
-  // Options of the store that OpenCheckpointer opens.
-  StoreOptions store;
+  // Restore reads chunks past the page cache (O_DIRECT on a POSIX store)
+  // where the destination allows it (4 KiB-aligned; Restore's own memory
+  // always does): a cold restore streams at the device's rate, and a
+  // restored checkpoint does not evict the data a loader keeps cached. A
+  // restore of chunks that are in the page cache reads them from the device
+  // again. A filesystem without O_DIRECT gets buffered reads. Default: on.
+  bool direct_reads = true;
+  // Options of the store that OpenCheckpointer opens. Default: chunks
+  // written past the page cache (StoreOptions::direct_writes).
+  StoreOptions store{.direct_writes = true};
 };
 
 // The state of one asynchronous save. Copies share it.
@@ -236,7 +244,8 @@ struct RestoredTensor {
 struct Restored {
   CheckpointManifest manifest;
   std::vector<RestoredTensor> tensors;  // in manifest order
-  // Owns the tensors' memory (each tensor 64-byte aligned); data stays valid
+  // Owns the tensors' memory (each tensor 64-byte aligned, those of 256 KiB
+  // or more 4 KiB-aligned); data stays valid
   // while any copy of this pointer lives.
   std::shared_ptr<void> memory;
 };

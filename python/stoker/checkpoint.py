@@ -584,18 +584,23 @@ class Checkpointer:
       write_retries: attempts after a failed write whose error is retryable.
       store: store options, as for stoker.Loader: {"posix_engine":
         "auto"|"io_uring"|"threads", "io_threads": N, "op_timeout": seconds}.
+      direct_io: on a local directory, write and read chunks past the page
+        cache (O_DIRECT): a save or restore streams at the disk's rate and
+        does not evict the data a loader keeps cached; a restore of a
+        checkpoint still in the page cache reads the disk again. Default on.
 
     Safe to use from several threads; saves are serialised.
     """
 
-    def __init__(self, uri, *, io_threads=8, write_retries=3, store=None):
+    def __init__(self, uri, *, io_threads=8, write_retries=3, store=None, direct_io=True):
         self._impl = None  # so close() and __repr__ work if a check below raises
         uri = _path("uri", uri)
         engine, store_threads, op_timeout = _store_options(store)
         self._impl = _stoker._Checkpointer(
             uri=uri, io_threads=_int("io_threads", io_threads, 1, 4096),
             write_retries=_int("write_retries", write_retries, 0, 1000), posix_engine=engine,
-            store_io_threads=store_threads, op_timeout_s=op_timeout)
+            store_io_threads=store_threads, op_timeout_s=op_timeout,
+            direct_io=_bool("direct_io", direct_io))
         self.uri = uri
         self._pid = os.getpid()
         self._lock = threading.Lock()

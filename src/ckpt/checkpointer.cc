@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -133,14 +134,19 @@ struct MappedMemory {
   ~MappedMemory() {
     if (data != nullptr) ::munmap(data, size);
   }
-  // Asks for transparent huge pages: 512 times fewer faults. The
-  // first touch may stall on compaction (defrag=madvise, Debian's default)
-  // where free memory is fragmented; 4 KiB faults cost on every touch. Both
-  // uses (the staging area, restored tensors) want them. Measured restores of 1 GiB into fresh memory: on one
-  // VM 1.2 s with them and 0.6 s without (compaction); on another, whose
-  // 4 KiB faults cost 3-4 s/GB (paravirtualised page tables), 0.35 s with
-  // and 4.0 s without. Losing 0.6 s in the worst case beats losing 3.6 s.
-  static Result<std::unique_ptr<MappedMemory>> Make(size_t bytes) {
+  // With `huge_pages`, asks for transparent huge pages (MADV_HUGEPAGE): 512
+  // times fewer faults, but the first touch may stall on compaction
+  // (defrag=madvise, Debian's default), and on VMs that return free memory
+  // to the host (virtio-balloon free page reporting, which reports 2 MiB
+  // blocks) a fresh huge page is exactly what the host has taken back.
+  // Measured restores of 1 GiB into fresh memory: on one VM 1.2 s with them
+  // and 0.6 s without (compaction); on another, whose 4 KiB faults cost
+  // 3-4 s/GB, 0.35 s with and 4.0 s without; on a Firecracker VM with free
+  // page reporting, first touch 0.25-3.2 s/GiB with them and 0.55-0.7 s/GiB
+  // without, run to run. Restored tensors leave the choice to the system's
+  // own THP policy (no hint); the staging area, allocated once and reused,
+  // asks for them.
+  static Result<std::unique_ptr<MappedMemory>> Make(size_t bytes, bool huge_pages) {
     auto m = std::make_unique<MappedMemory>();
     if (bytes == 0) return m;
     constexpr size_t kHugePage = 2ull << 20;
@@ -150,26 +156,38 @@ struct MappedMemory {
       m->size = 0;
       return ErrnoToStatus(errno, "mmap of " + std::to_string(bytes) + " bytes");
     }
-    (void)::madvise(p, m->size, MADV_HUGEPAGE);  // a hint only
+    if (huge_pages) (void)::madvise(p, m->size, MADV_HUGEPAGE);  // a hint only
     m->data = static_cast<std::byte*>(p);
     return m;
   }
 };
 
-// A worker's reusable buffer for shared chunks. Not zeroed: every byte is
-// written before it is read.
+// Restore reads a chunk in pieces of this size, all in flight together (the
+// size a loader's shard read has).
+constexpr size_t kReadPiece = 4ull << 20;
+// Tensor parts at least this large are read straight into their tensor;
+// smaller ones go through a worker's buffer.
+constexpr size_t kDirectMin = 256ull << 10;
+
+// A worker's reusable buffer for shared chunks, 4 KiB-aligned so that direct
+// reads can land in it. Not zeroed: every byte is written before it is read.
 class Scratch {
  public:
   std::byte* Get(size_t n) {
     if (n > size_) {
-      data_.reset(new std::byte[n]);
-      size_ = n;
+      const size_t rounded = (n + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
+      data_.reset(static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, rounded)));
+      if (data_ == nullptr) throw std::bad_alloc();
+      size_ = rounded;
     }
     return data_.get();
   }
 
  private:
-  std::unique_ptr<std::byte[]> data_;
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> data_;
   size_t size_ = 0;
 };
 
@@ -297,7 +315,7 @@ class CheckpointerImpl final : public Checkpointer {
     for (const TensorRef& t : tensors) total += t.data.size();
     if (!staging_ || staging_->size < total) {
       staging_.reset();
-      STOKER_ASSIGN_OR_RETURN(staging_, MappedMemory::Make(total));
+      STOKER_ASSIGN_OR_RETURN(staging_, MappedMemory::Make(total, /*huge_pages=*/true));
     }
     struct Piece {
       const std::byte* src;
@@ -394,15 +412,19 @@ class CheckpointerImpl final : public Checkpointer {
     STOKER_ASSIGN_OR_RETURN(out.manifest, ReadManifestOf(n));
     STOKER_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> wanted,
                             Select(out.manifest, options, {}));
-    // One block; each tensor 64-byte aligned in it.
+    // One block; each tensor 64-byte aligned in it, and those large enough
+    // to be read straight into (kDirectMin) 4 KiB-aligned, as direct reads
+    // need.
     std::vector<uint64_t> at(wanted.size());
     uint64_t total = 0;
     for (size_t i = 0; i < wanted.size(); ++i) {
+      const uint64_t align = wanted[i]->bytes >= kDirectMin ? kDirectIoAlignment : 64;
+      total = (total + align - 1) / align * align;
       at[i] = total;
-      total += (wanted[i]->bytes + 63) / 64 * 64;
+      total += wanted[i]->bytes;
     }
     STOKER_ASSIGN_OR_RETURN(std::unique_ptr<MappedMemory> mem,
-                            MappedMemory::Make(total));
+                            MappedMemory::Make(total, /*huge_pages=*/false));
     std::vector<std::span<std::byte>> dst(wanted.size());
     for (size_t i = 0; i < wanted.size(); ++i) {
       dst[i] = std::span<std::byte>(mem->data + at[i], wanted[i]->bytes);
@@ -944,11 +966,12 @@ class CheckpointerImpl final : public Checkpointer {
   // the later ones are still in flight and it is still in cache. Returns the
   // bytes read in order up to the first short piece (the object's end);
   // `hash` covers exactly those bytes.
-  Result<size_t> ReadPieces(std::unique_ptr<ReadQueue>& queue, const std::string& key,
+  Result<size_t> ReadPieces(std::unique_ptr<ReadQueue>& queue, bool direct, const std::string& key,
                             const std::vector<Piece>& pieces, format::Hash64Stream& hash) {
     if (!queue) {
       ReadQueueOptions qo;
       qo.depth = 16;
+      qo.direct_io = direct;
       STOKER_ASSIGN_OR_RETURN(queue, store_->NewReadQueue(qo));
     }
     std::vector<ReadRequest> requests;
@@ -995,8 +1018,6 @@ class CheckpointerImpl final : public Checkpointer {
   // chunk of many small tensors is still a few large reads.
   Status ReadTensors(const CheckpointManifest& m, const std::vector<const TensorInfo*>& wanted,
                      const std::vector<std::span<std::byte>>& dst) {
-    constexpr size_t kReadPiece = 4ull << 20;   // the size a loader's shard read has
-    constexpr size_t kDirectMin = 256ull << 10; // smaller tensor parts go through the buffer
     struct Job {
       const RankPart* part;
       const ChunkInfo* chunk;
@@ -1017,7 +1038,12 @@ class CheckpointerImpl final : public Checkpointer {
     std::vector<Job> jobs;
     for (const auto& [rank, c] : keys) jobs.push_back({&m.ranks[rank], &m.ranks[rank].chunks[c]});
     std::vector<Scratch> scratch(Workers(jobs.size(), opt_.io_threads));
+    // Per worker: a queue of buffered reads, and one of direct reads
+    // (CheckpointerOptions::direct_reads) for chunks whose pieces all start
+    // 4 KiB-aligned, in the file and in memory.
     std::vector<std::unique_ptr<ReadQueue>> queues(scratch.size());
+    std::vector<std::unique_ptr<ReadQueue>> direct_queues(scratch.size());
+    std::atomic<bool> direct_ok{opt_.direct_reads};
     return ParallelFor(jobs.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
       const Job& j = jobs[n];
       const ChunkInfo& chunk = *j.chunk;
@@ -1090,8 +1116,25 @@ class CheckpointerImpl final : public Checkpointer {
         return Corruption(KeyUri(chunk.key) + ": its tensors cover " + std::to_string(covered) +
                           " of its " + std::to_string(chunk.bytes) + " bytes" + tensors());
       }
-      format::Hash64Stream hash;
-      auto got = ReadPieces(queues[w], chunk.key, pieces, hash);
+      const bool direct =
+          direct_ok.load(std::memory_order_relaxed) &&
+          std::all_of(pieces.begin(), pieces.end(), [](const Piece& p) {
+            return p.offset % kDirectIoAlignment == 0 &&
+                   reinterpret_cast<uintptr_t>(p.dst.data()) % kDirectIoAlignment == 0;
+          });
+      uint64_t digest = 0;
+      auto read = [&](bool d) -> Result<size_t> {
+        format::Hash64Stream hash;
+        auto r = ReadPieces(d ? direct_queues[w] : queues[w], d, chunk.key, pieces, hash);
+        if (r.ok()) digest = hash.Digest();
+        return r;
+      };
+      auto got = read(direct);
+      if (direct && !got.ok() && got.status().code() == Code::kUnsupported) {
+        // A filesystem without O_DIRECT: buffered reads from now on.
+        direct_ok.store(false, std::memory_order_relaxed);
+        got = read(false);
+      }
       if (!got.ok()) {
         const Status& s = got.status();
         if (s.code() == Code::kNotFound) {
@@ -1103,7 +1146,7 @@ class CheckpointerImpl final : public Checkpointer {
         return Corruption(KeyUri(chunk.key) + ": truncated: " + std::to_string(*got) +
                           " bytes, the manifest says " + std::to_string(chunk.bytes) + tensors());
       }
-      if (hash.Digest() != chunk.hash) {
+      if (digest != chunk.hash) {
         return Corruption(KeyUri(chunk.key) + ": checksum mismatch" + tensors());
       }
       for (const CopyOut& c : copies) std::memcpy(c.to, c.from, c.bytes);
