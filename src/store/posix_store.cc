@@ -508,7 +508,25 @@ class PosixStore final : public Store {
     }
     if (fd < 0) return SysError("open", tmp).WithContext("put " + Quote(key));
 
-    Status st = WriteAll(fd, data, tmp, direct);
+    Status st;
+    if (direct) {
+      // Reserve the whole object first: a direct write allocates blocks as
+      // it goes, so files written side by side would interleave their
+      // extents (measured: 2-3 extents per 16 MiB chunk, and slower reads
+      // back); one fallocate gives each file contiguous extents, and a full
+      // disk fails here, before any data is written. Filesystems without
+      // fallocate just skip it.
+      // (Linux fallocate, not posix_fallocate: glibc's emulation would write
+      // the whole object twice where the filesystem lacks it.)
+      int rc;
+      do {
+        rc = ::fallocate(fd, 0, 0, static_cast<off_t>(data.size()));
+      } while (rc != 0 && errno == EINTR);
+      if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL) {
+        st = SysError("fallocate", tmp);
+      }
+    }
+    if (st.ok()) st = WriteAll(fd, data, tmp, direct);
     if (st.ok() && ::fsync(fd) != 0) st = SysError("fsync", tmp);
     // close reports deferred write errors on some filesystems (NFS).
     if (::close(fd) != 0 && st.ok() && errno != EINTR) st = SysError("close", tmp);
