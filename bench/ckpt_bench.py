@@ -19,6 +19,9 @@ with random values):
             call it: no fsync; and with an fsync after it, durable), then
             torch.load, cold; and torch.load followed by copying it into the
             existing state (what model.load_state_dict does)
+  touch     the first touch of new memory of the state's size right after
+            the page cache is dropped (what a load into new memory pays on
+            top of its reads)
   stall     how long the training loop stops: stoker.save(async_=True) until
             it returns (the snapshot into the reused staging area; the first
             async save, which also allocates it, is reported apart), a sync
@@ -241,6 +244,21 @@ def bench_stoker(state, root, repeats, cold, into):
     return median(saves), median(loads), median(loads_into)
 
 
+def bench_fresh_touch(nbytes, repeats, cold):
+    """Seconds to fault in `nbytes` of new memory right after the page cache is
+    dropped, as a load into new memory meets it: on VMs that hand freed
+    memory back to the host (free page reporting), each fresh page is a host
+    fault too. Written from as many threads as torch uses."""
+    times = []
+    for _ in range(repeats):
+        if cold:
+            drop_caches()
+        t, m = timed(lambda: torch.empty(nbytes, dtype=torch.uint8).fill_(1))
+        times.append(t)
+        del m
+    return median(times)
+
+
 def bench_async(state, root, repeats):
     """First async stall, steady-state stall and time to durable, medians."""
     c = stoker.Checkpointer(root)
@@ -323,6 +341,8 @@ def run_size(size_gib, args, cold):
             state, str(work / "stoker"), args.repeats, cold, into)
         del into
         gc.collect()
+        log("  first touch of new memory after a cache drop")
+        r["fresh_touch_s"] = bench_fresh_touch(nbytes, args.repeats, cold)
         log("  stoker async save")
         r["async_first_stall_s"], r["async_stall_s"], r["async_total_s"] = bench_async(
             state, str(work / "stoker-async"), args.repeats)
@@ -371,6 +391,11 @@ def report(results, cold):
             f"{gbps(n, r['torch_load_s']):.3f} | "
             f"{r['torch_save_s'] / r['stoker_save_s']:.2f}× "
             f"({r['torch_save_fsync_s'] / r['stoker_save_s']:.2f}× with fsync) |")
+    lines += ["", "A load into new memory also faults that memory in; right after the "
+              "cache drop it took (seconds, one pass over new memory of the state's size): " +
+              ", ".join(f"{r['size_gib']} GiB {r['fresh_touch_s']:.2f} s "
+                        f"(the state at fio's read rate: {r['bytes'] / r['fio_read_Bps']:.2f} s)"
+                        for r in results if "fresh_touch_s" in r)]
     lines += ["", "Loading into an existing state (load(into=...) vs torch.load + copy, as "
               "load_state_dict does):", ""]
     lines.append("| state | fio read | stoker load into | ratio | torch.load + copy | "
