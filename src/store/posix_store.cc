@@ -258,7 +258,7 @@ int PwriteAll(int fd, std::span<const std::byte> data, uint64_t offset) {
 // StoreOptions::direct_writes; smaller ones are not worth a second path.
 constexpr size_t kDirectPutMin = 1ull << 20;
 // One direct write: large enough to keep the device streaming, small enough
-// that an unaligned source's bounce buffer stays in L2-ish reach per thread.
+// that the per-thread bounce buffer for unaligned memory costs little.
 constexpr size_t kDirectPutBlock = 8ull << 20;
 
 // A thread's aligned bounce buffer for direct writes from unaligned memory.
