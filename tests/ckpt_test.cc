@@ -686,7 +686,9 @@ TEST(CkptDirect, ChunksBypassThePageCacheUnlessSwitchedOff) {
             << content.refs[i].name;
       }
     }
-    if (direct) EXPECT_LE(cached_pages(*m).first, large) << "pages cached after a direct restore";
+    if (direct) {
+      EXPECT_LE(cached_pages(*m).first, large) << "pages cached after a direct restore";
+    }
 
     // Caller buffers at every alignment.
     for (size_t misalign : {size_t{0}, size_t{1}, size_t{64}}) {

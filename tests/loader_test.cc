@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "core/stream_copy.h"
 #include "loader/batch_builder.h"
 #include "loader/resize.h"
 #include "stoker/bench.h"

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -155,6 +156,17 @@ class Store {
   // file and directory fsync'ed).
   virtual Status Put(std::string_view key, std::span<const std::byte> data) = 0;
 
+  // Put that also shows every byte of `data` to `see`, in order, in pieces,
+  // each once, on the calling thread, as it writes them: a caller that
+  // checksums what it stores reads its data once instead of twice. (The
+  // POSIX store hands over each piece next to its copy into the page cache
+  // or an aligned buffer, while the piece is in cache.) A failed Put may have
+  // shown only a prefix; a retry starts over. The default shows all of
+  // `data` and then calls Put, so a decorator's Put sees the write.
+  using PutObserver = std::function<void(std::span<const std::byte>)>;
+  virtual Status PutObserved(std::string_view key, std::span<const std::byte> data,
+                             const PutObserver& see);
+
   // Size of an object; NotFound if it does not exist.
   virtual Result<ObjectInfo> Stat(std::string_view key) = 0;
 
@@ -181,8 +193,9 @@ class StoreWrapper : public Store {
   Result<std::vector<std::byte>> ReadAll(std::string_view k) override {
     return target_->ReadAll(k);
   }
-  // OpenReader is not forwarded: the default reads through this wrapper's
-  // Read, so a decorator sees those reads too. local_reads() stays false: a
+  // OpenReader and PutObserved are not forwarded: the defaults read through
+  // this wrapper's Read and write through its Put, so a decorator sees those
+  // reads and writes too. local_reads() stays false: a
   // wrapper may change what a read costs or does, and opts in itself.
   Status Put(std::string_view k, std::span<const std::byte> d) override {
     return target_->Put(k, d);

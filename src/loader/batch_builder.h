@@ -55,17 +55,8 @@ struct BatchSamples {
 // 0.38 instead of 0.46 CPU s/GB; 16 KiB unchanged).
 inline constexpr size_t kPrefetchMaxBytes = 16 * 1024;
 
-// Copies `n` bytes with streaming stores, which write whole lines to memory
-// without first reading the destination into the cache (and evicting the
-// samples being read): a batch is read next by another thread, batches later,
-// or by the GPU's DMA, never from this core's cache. memcpy at these sizes
-// reads each destination line before writing it. The stores are weakly
-// ordered: StreamFence() before the memory is handed to anyone else.
-void StreamCopy(std::byte* dst, const std::byte* src, size_t n);
-void StreamFence();
-
 // Values of at least this size are copied into the batch by StreamCopy
-// (`stoker bench loader`, 5 epochs hot, AMD EPYC VM: 4 KiB samples 1.25x
+// (core/stream_copy.h; `stoker bench loader`, 5 epochs hot, AMD EPYC VM: 4 KiB samples 1.25x
 // MB/s and 0.49 instead of 0.61 CPU s/GB; 16 KiB 1.2x, 0.41 instead of
 // 0.50; 128 KiB 1.17x, 0.43 instead of 0.50). Smaller ones are not measured.
 inline constexpr size_t kStreamMinBytes = 4 * 1024;

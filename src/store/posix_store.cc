@@ -27,6 +27,7 @@
 #include <limits>
 #include <system_error>
 
+#include "core/stream_copy.h"
 #include "store/posix_internal.h"
 #include "store/store_internal.h"
 
@@ -271,13 +272,28 @@ std::byte* DirectBounce() {
   return buffer.data;
 }
 
-// Writes `data` to `fd` from offset 0. With `direct` (fd opened O_DIRECT),
-// the aligned body goes in kDirectPutBlock writes, straight from `data` where
-// it is aligned and through a bounce buffer where not; then O_DIRECT is
-// cleared and the unaligned tail written through the page cache. A direct
-// write the filesystem refuses (EINVAL: an alignment it needs beyond 4 KiB)
-// drops to buffered writes for the rest, with the same result.
-Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path, bool direct) {
+// Pieces shown to a Put's observer: small enough to be still in L2 when they
+// are copied (into the page cache or the bounce buffer) right after.
+constexpr size_t kSeePiece = 256 << 10;
+
+// Writes `data` to `fd` from offset 0, showing each piece to `see` (if set)
+// just before it is copied. With `direct` (fd opened O_DIRECT), the aligned
+// body goes in kDirectPutBlock writes, straight from `data` where it is
+// aligned and through a bounce buffer where not; then O_DIRECT is cleared and
+// the unaligned tail written through the page cache. A direct write the
+// filesystem refuses (EINVAL: an alignment it needs beyond 4 KiB) drops to
+// buffered writes for the rest, with the same result.
+Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path, bool direct,
+                const Store::PutObserver* see) {
+  // Shows data[at, at + n) to `see`, less what it has seen already (a
+  // direct write refused after its block was shown is redone buffered).
+  size_t shown = 0;
+  auto show = [&](size_t at, size_t n) {
+    if (see == nullptr || at + n <= shown) return;
+    const size_t from = std::max(at, shown);
+    (*see)(data.subspan(from, at + n - from));
+    shown = at + n;
+  };
   auto buffered = [&](size_t from) -> Status {
     if (direct) {
       const int flags = ::fcntl(fd, F_GETFL);
@@ -286,8 +302,13 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
       }
       direct = false;
     }
-    const int err = PwriteAll(fd, data.subspan(from), from);
-    if (err != 0) return ErrnoToStatus(err, "write " + path);
+    const size_t step = see != nullptr ? kSeePiece : data.size();
+    for (size_t at = from; at < data.size(); at += step) {
+      const std::span<const std::byte> piece = data.subspan(at, std::min(step, data.size() - at));
+      show(at, piece.size());
+      const int err = PwriteAll(fd, piece, at);
+      if (err != 0) return ErrnoToStatus(err, "write " + path);
+    }
     return Status::Ok();
   };
   if (!direct) return buffered(0);
@@ -298,8 +319,18 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
     if (reinterpret_cast<uintptr_t>(src.data()) % kDirectIoAlignment != 0) {
       std::byte* bounce = DirectBounce();
       if (bounce == nullptr) return buffered(at);
-      std::memcpy(bounce, src.data(), n);
+      // Each piece is read from memory once: shown while it comes into
+      // cache, then copied from there with streaming stores (the bounce
+      // buffer is read next by the device, not by this core).
+      for (size_t k = 0; k < n; k += kSeePiece) {
+        const size_t m = std::min(kSeePiece, n - k);
+        show(at + k, m);
+        StreamCopy(bounce + k, src.data() + k, m);
+      }
+      StreamFence();
       src = {bounce, n};
+    } else {
+      show(at, n);
     }
     const int err = PwriteAll(fd, src, at);
     if (err == EINVAL) return buffered(at);
@@ -478,69 +509,13 @@ class PosixStore final : public Store {
   }
 
   Status Put(std::string_view key, std::span<const std::byte> data) override {
-    STOKER_RETURN_IF_ERROR(ValidateKey(key));
-    const std::string path = JoinPath(root_, key);
-    const std::string dir = ParentOf(path);
-    STOKER_RETURN_IF_ERROR(EnsureDir(dir, key));
-
-    // Base name cut to keep the temporary name within NAME_MAX (255).
-    const std::string_view base = std::string_view(path).substr(path.rfind('/') + 1);
-    const std::string tmp = dir + (dir == "/" ? "." : "/.") + std::string(base.substr(0, 200)) +
-                            ".tmp." + std::to_string(::getpid()) + "." +
-                            std::to_string(g_temp_counter.fetch_add(1));
-    // Direct writes where asked for and worth it; a filesystem without
-    // O_DIRECT (EINVAL at open) gets buffered writes instead.
-    bool direct = direct_writes_ && data.size() >= kDirectPutMin;
-    auto open_tmp = [&tmp](bool o_direct) {
-      int fd;
-      do {
-        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (o_direct ? O_DIRECT : 0),
-                    0644);
-      } while (fd < 0 && errno == EINTR);
-      return fd;
-    };
-    int fd = open_tmp(direct);
-    if (fd < 0 && direct && errno == EINVAL) {
-      // Some kernels refuse O_DIRECT only after creating the file.
-      ::unlink(tmp.c_str());
-      direct = false;
-      fd = open_tmp(false);
-    }
-    if (fd < 0) return SysError("open", tmp).WithContext("put " + Quote(key));
-
-    Status st;
-    if (direct) {
-      // Reserve the whole object first: a direct write allocates blocks as
-      // it goes, so files written side by side would interleave their
-      // extents (measured: 2-3 extents per 16 MiB chunk, and slower reads
-      // back); one fallocate gives each file contiguous extents, and a full
-      // disk fails here, before any data is written. Filesystems without
-      // fallocate just skip it.
-      // (Linux fallocate, not posix_fallocate: glibc's emulation would write
-      // the whole object twice where the filesystem lacks it.)
-      int rc;
-      do {
-        rc = ::fallocate(fd, 0, 0, static_cast<off_t>(data.size()));
-      } while (rc != 0 && errno == EINTR);
-      if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL) {
-        st = SysError("fallocate", tmp);
-      }
-    }
-    if (st.ok()) st = WriteAll(fd, data, tmp, direct);
-    if (st.ok() && ::fsync(fd) != 0) st = SysError("fsync", tmp);
-    // close reports deferred write errors on some filesystems (NFS).
-    if (::close(fd) != 0 && st.ok() && errno != EINTR) st = SysError("close", tmp);
-    if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-      const int err = errno;
-      st = ErrnoToStatus(err, "rename " + tmp + " to " + path);
-    }
-    if (!st.ok()) {
-      ::unlink(tmp.c_str());
-      return st.WithContext("put " + Quote(key));
-    }
-    return SyncDir(dir).WithContext("put " + Quote(key));
+    return Write(key, data, nullptr);
   }
 
+  Status PutObserved(std::string_view key, std::span<const std::byte> data,
+                     const PutObserver& see) override {
+    return Write(key, data, &see);
+  }
   Result<ObjectInfo> Stat(std::string_view key) override {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
     const std::string path = JoinPath(root_, key);
@@ -597,6 +572,71 @@ class PosixStore final : public Store {
   }
 
  private:
+  // Put, showing each piece to `see` if set (PutObserved).
+  Status Write(std::string_view key, std::span<const std::byte> data, const PutObserver* see) {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string path = JoinPath(root_, key);
+    const std::string dir = ParentOf(path);
+    STOKER_RETURN_IF_ERROR(EnsureDir(dir, key));
+
+    // Base name cut to keep the temporary name within NAME_MAX (255).
+    const std::string_view base = std::string_view(path).substr(path.rfind('/') + 1);
+    const std::string tmp = dir + (dir == "/" ? "." : "/.") + std::string(base.substr(0, 200)) +
+                            ".tmp." + std::to_string(::getpid()) + "." +
+                            std::to_string(g_temp_counter.fetch_add(1));
+    // Direct writes where asked for and worth it; a filesystem without
+    // O_DIRECT (EINVAL at open) gets buffered writes instead.
+    bool direct = direct_writes_ && data.size() >= kDirectPutMin;
+    auto open_tmp = [&tmp](bool o_direct) {
+      int fd;
+      do {
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (o_direct ? O_DIRECT : 0),
+                    0644);
+      } while (fd < 0 && errno == EINTR);
+      return fd;
+    };
+    int fd = open_tmp(direct);
+    if (fd < 0 && direct && errno == EINVAL) {
+      // Some kernels refuse O_DIRECT only after creating the file.
+      ::unlink(tmp.c_str());
+      direct = false;
+      fd = open_tmp(false);
+    }
+    if (fd < 0) return SysError("open", tmp).WithContext("put " + Quote(key));
+
+    Status st;
+    if (direct) {
+      // Reserve the whole object first: a direct write allocates blocks as
+      // it goes, so files written side by side would interleave their
+      // extents (measured: 2-3 extents per 16 MiB chunk, and slower reads
+      // back); one fallocate gives each file contiguous extents, and a full
+      // disk fails here, before any data is written. Filesystems without
+      // fallocate just skip it.
+      // (Linux fallocate, not posix_fallocate: glibc's emulation would write
+      // the whole object twice where the filesystem lacks it.)
+      int rc;
+      do {
+        rc = ::fallocate(fd, 0, 0, static_cast<off_t>(data.size()));
+      } while (rc != 0 && errno == EINTR);
+      if (rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL) {
+        st = SysError("fallocate", tmp);
+      }
+    }
+    if (st.ok()) st = WriteAll(fd, data, tmp, direct, see);
+    if (st.ok() && ::fsync(fd) != 0) st = SysError("fsync", tmp);
+    // close reports deferred write errors on some filesystems (NFS).
+    if (::close(fd) != 0 && st.ok() && errno != EINTR) st = SysError("close", tmp);
+    if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      st = ErrnoToStatus(err, "rename " + tmp + " to " + path);
+    }
+    if (!st.ok()) {
+      ::unlink(tmp.c_str());
+      return st.WithContext("put " + Quote(key));
+    }
+    return SyncDir(dir).WithContext("put " + Quote(key));
+  }
+
   // Lists regular files (and symlinks to them) under the open folder `fd`
   // (which it takes over), skipping dot-names: temporary files and anything
   // that is not a valid key. Symlinked folders are not followed (no loops).

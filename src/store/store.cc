@@ -128,6 +128,12 @@ Result<std::unique_ptr<ObjectReader>> Store::OpenReader(std::string_view key) {
   return std::unique_ptr<ObjectReader>(std::make_unique<StoreObjectReader>(this, std::string(key)));
 }
 
+Status Store::PutObserved(std::string_view key, std::span<const std::byte> data,
+                          const PutObserver& see) {
+  see(data);
+  return Put(key, data);
+}
+
 Result<std::vector<std::byte>> Store::ReadAll(std::string_view key) {
   STOKER_ASSIGN_OR_RETURN(ObjectInfo info, Stat(key));
   if (info.size >= std::numeric_limits<size_t>::max() / 2) {
