@@ -195,8 +195,8 @@ class StoreWrapper : public Store {
   }
   // OpenReader and PutObserved are not forwarded: the defaults read through
   // this wrapper's Read and write through its Put, so a decorator sees those
-  // reads and writes too. local_reads() stays false: a
-  // wrapper may change what a read costs or does, and opts in itself.
+  // reads and writes too. local_reads() stays false: a wrapper may change
+  // what a read costs or does, and opts in itself.
   Status Put(std::string_view k, std::span<const std::byte> d) override {
     return target_->Put(k, d);
   }

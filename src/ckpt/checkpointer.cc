@@ -173,7 +173,7 @@ constexpr size_t kDirectMin = 256ull << 10;
 // of this size, for blocks of at least kPopulateMin.
 constexpr uint64_t kPopulateStep = 2ull << 20;
 constexpr uint64_t kPopulateMin = 16ull << 20;
-// Threads that fault the block in, each every n-th step: one per CPU up to
+// Threads that fault the block in (Populator): one per CPU up to
 // kPopulateThreadsMax. A fault's cost is mostly the kernel's (or, in a VM,
 // the host's) and spreads over CPUs: MADV_POPULATE_WRITE of 8 GiB of fresh
 // memory on a 2-vCPU Firecracker VM took 0.52-0.78 s/GiB from 2 threads and

@@ -56,9 +56,10 @@ struct BatchSamples {
 inline constexpr size_t kPrefetchMaxBytes = 16 * 1024;
 
 // Values of at least this size are copied into the batch by StreamCopy
-// (core/stream_copy.h; `stoker bench loader`, 5 epochs hot, AMD EPYC VM: 4 KiB samples 1.25x
-// MB/s and 0.49 instead of 0.61 CPU s/GB; 16 KiB 1.2x, 0.41 instead of
-// 0.50; 128 KiB 1.17x, 0.43 instead of 0.50). Smaller ones are not measured.
+// (core/stream_copy.h; `stoker bench loader`, 5 epochs hot, AMD EPYC VM:
+// 4 KiB samples 1.25x MB/s and 0.49 instead of 0.61 CPU s/GB; 16 KiB 1.2x,
+// 0.41 instead of 0.50; 128 KiB 1.17x, 0.43 instead of 0.50). Smaller ones
+// are not measured.
 inline constexpr size_t kStreamMinBytes = 4 * 1024;
 
 class BatchBuilder {
