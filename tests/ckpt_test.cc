@@ -712,7 +712,7 @@ TEST(CkptDirect, ChunksBypassThePageCacheUnlessSwitchedOff) {
   }
 }
 
-// Restore faults its new memory in on a thread of its own while the reads
+// Restore faults its new memory in from threads of its own while the reads
 // land (MADV_POPULATE_WRITE, which never changes bytes): every restore of a
 // state well above the threshold (16 MiB) is exact, whichever got to a page
 // first.
