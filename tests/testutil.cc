@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/magic.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -79,7 +81,8 @@ long ResidentPages(const std::filesystem::path& path) {
 
 std::string PageCacheBypassUnavailable(const std::filesystem::path& path) {
   struct statfs fs;
-  if (::statfs(path.c_str(), &fs) != 0) return "statfs " + path.string() + ": " + std::strerror(errno);
+  if (::statfs(path.c_str(), &fs) != 0)
+    return "statfs " + path.string() + ": " + std::strerror(errno);
   if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
     return path.string() + " is on a memory file system (tmpfs/ramfs): no page cache to bypass";
   }
@@ -154,6 +157,94 @@ void OpenPathForOthers(const std::filesystem::path& path) {
     if (::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       ::chmod(p.c_str(), st.st_mode | S_IXOTH);
   }
+}
+
+namespace {
+
+// Runs a command line through the shell; "" or what it printed and its exit
+// status.
+std::string Shell(const std::string& cmd) {
+  const std::string full = cmd + " 2>&1";
+  FILE* p = ::popen(full.c_str(), "r");
+  if (p == nullptr) return "popen: " + std::string(std::strerror(errno));
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = ::pclose(p);
+  if (status == 0) return "";
+  return "`" + cmd + "` failed (status " + std::to_string(status) + "): " + out;
+}
+
+// The ioctl and flag of linux/ext4.h's EXT4_IOC_SHUTDOWN (not in the uapi
+// headers of every distribution): _IOR('X', 125, __u32), and
+// EXT4_GOING_FLAGS_NOLOGFLUSH: stop at once, without committing the journal.
+constexpr unsigned long kExt4IocShutdown = 0x8004587d;
+constexpr uint32_t kExt4GoingFlagsNoLogFlush = 2;
+
+}  // namespace
+
+std::string PowerCutDisk::Unavailable() {
+  if (::geteuid() != 0) return "mounting a loop device needs root";
+  if (std::string why = Shell("command -v mkfs.ext4 && command -v mount"); !why.empty()) {
+    return "mkfs.ext4 or mount is missing (packages e2fsprogs, mount): " + why;
+  }
+  if (::access("/dev/loop-control", R_OK | W_OK) != 0) {
+    return "no /dev/loop-control (no loop device support here): " +
+           std::string(std::strerror(errno));
+  }
+  return "";
+}
+
+PowerCutDisk::PowerCutDisk(uint64_t bytes)
+    : image_(dir_.path() / "disk.img"), mount_(dir_.path() / "mnt") {
+  std::filesystem::create_directories(mount_);
+  // A sparse image: only what the file system writes takes space.
+  const int fd = ::open(image_.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("making the image " + image_.string() + ": " + why);
+  }
+  ::close(fd);
+  if (std::string e = Shell("mkfs.ext4 -q -F -E nodiscard '" + image_.string() + "'"); !e.empty()) {
+    throw std::runtime_error(e);
+  }
+  Remount();
+}
+
+PowerCutDisk::~PowerCutDisk() {
+  // A lazy unmount if a file is still open: never leave it mounted under
+  // the folder TempDir removes.
+  if (mounted_ && !Shell("umount '" + mount_.string() + "'").empty()) {
+    (void)Shell("umount -l '" + mount_.string() + "'");
+  }
+}
+
+std::string PowerCutDisk::Cut() {
+  const int fd = ::open(mount_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return "open " + mount_.string() + ": " + std::strerror(errno);
+  uint32_t flags = kExt4GoingFlagsNoLogFlush;
+  const int rc = ::ioctl(fd, kExt4IocShutdown, &flags);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return "EXT4_IOC_SHUTDOWN on " + mount_.string() + ": " + std::strerror(err);
+  return "";
+}
+
+void PowerCutDisk::Remount() {
+  if (mounted_) {
+    if (std::string e = Shell("umount '" + mount_.string() + "'"); !e.empty()) {
+      throw std::runtime_error(e);
+    }
+    mounted_ = false;
+  }
+  // mount -o loop attaches a free loop device and detaches it at umount.
+  if (std::string e = Shell("mount -t ext4 -o loop,commit=600 '" + image_.string() + "' '" +
+                            mount_.string() + "'");
+      !e.empty()) {
+    throw std::runtime_error(e);
+  }
+  mounted_ = true;
 }
 
 }  // namespace stoker::testing

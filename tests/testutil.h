@@ -63,4 +63,38 @@ std::string RunUnprivileged(const std::function<std::string()>& body);
 // from `path` up to (not including) `/` gets o+x.
 void OpenPathForOthers(const std::filesystem::path& path);
 
+// A small ext4 file system in an image file, mounted through a loop device
+// under a TempDir, that can lose power: Cut() shuts it down the way
+// xfstests' godown does (EXT4_IOC_SHUTDOWN without a journal flush), so that
+// every write not yet made durable (no fsync, syncfs or journal commit
+// covering it) is lost, as in a power cut; Remount() then mounts it again
+// (replaying the journal) as a machine does after the restart. Mounted with
+// a journal commit interval of 10 minutes, so that nothing becomes durable
+// by the timer during a test: only what the code under test syncs. Needs root,
+// mkfs.ext4 and a loop device: Unavailable() says why not, where not. The
+// constructor and Remount() throw std::runtime_error if mounting fails.
+// Not thread-safe.
+class PowerCutDisk {
+ public:
+  // Why a PowerCutDisk cannot be made here, or "".
+  static std::string Unavailable();
+  explicit PowerCutDisk(uint64_t bytes = 1ull << 30);
+  ~PowerCutDisk();
+  PowerCutDisk(const PowerCutDisk&) = delete;
+  PowerCutDisk& operator=(const PowerCutDisk&) = delete;
+  // The mount point.
+  const std::filesystem::path& path() const { return mount_; }
+  std::string str() const { return mount_.string(); }
+  // The power cut: from here on every call on the file system fails (EIO)
+  // and what was not durable is gone. Returns "" or why it failed.
+  std::string Cut();
+  // Unmounts and mounts again. Every file on it must be closed first.
+  void Remount();
+
+ private:
+  TempDir dir_;
+  std::filesystem::path image_, mount_;
+  bool mounted_ = false;
+};
+
 }  // namespace stoker::testing

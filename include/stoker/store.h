@@ -167,6 +167,24 @@ class Store {
   virtual Status PutObserved(std::string_view key, std::span<const std::byte> data,
                              const PutObserver& see);
 
+  // PutObserved whose durability may wait for the next SyncDeferred(): on
+  // return the object is whole and visible, atomic as with Put (a killed
+  // writer leaves the old object or the new one), but a machine crash before
+  // SyncDeferred() returns OK may lose it or leave it short. For many objects
+  // made durable together, then committed by a durable Put that names them
+  // (a checkpoint's chunks, then its manifest): one SyncDeferred() costs one
+  // flush of the device where each Put pays its own (POSIX: a file and a
+  // directory fsync). The default is PutObserved, durable on return.
+  virtual Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
+                                     const PutObserver& see);
+  // Makes every object this store wrote with PutObservedDeferred durable.
+  // An error means some of them may not be: write them again (a second call
+  // does not report the same error again). POSIX, on a local file system:
+  // syncfs of the store's file system (one journal commit and device flush;
+  // it also writes back other programs' dirty data there); elsewhere the
+  // deferred Puts were durable already and this returns OK. Default: OK.
+  virtual Status SyncDeferred() { return Status::Ok(); }
+
   // Size of an object; NotFound if it does not exist.
   virtual Result<ObjectInfo> Stat(std::string_view key) = 0;
 
@@ -193,9 +211,10 @@ class StoreWrapper : public Store {
   Result<std::vector<std::byte>> ReadAll(std::string_view k) override {
     return target_->ReadAll(k);
   }
-  // OpenReader and PutObserved are not forwarded: the defaults read through
-  // this wrapper's Read and write through its Put, so a decorator sees those
-  // reads and writes too. local_reads() stays false: a wrapper may change
+  // OpenReader, PutObserved, PutObservedDeferred and SyncDeferred are not
+  // forwarded: the defaults read through this wrapper's Read and write
+  // through its (durable) Put, so a decorator sees those reads and writes
+  // too. local_reads() stays false: a wrapper may change
   // what a read costs or does, and opts in itself.
   Status Put(std::string_view k, std::span<const std::byte> d) override {
     return target_->Put(k, d);

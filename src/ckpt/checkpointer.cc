@@ -692,7 +692,9 @@ class CheckpointerImpl final : public Checkpointer {
 
   // Put with retries of retryable errors (doubling backoff). With `hash`,
   // sets it to Hash64 of the bytes written, taken as the store writes them
-  // (PutObserved: one pass over the data instead of two).
+  // (PutObserved: one pass over the data instead of two), and leaves the
+  // object's durability to the store's next SyncDeferred() (a chunk: the
+  // part record that names it is written only after that).
   Status PutWithRetries(const std::string& key, std::span<const std::byte> data,
                         uint64_t* hash = nullptr) {
     auto backoff = opt_.retry_backoff;
@@ -700,8 +702,8 @@ class CheckpointerImpl final : public Checkpointer {
       Status s;
       if (hash != nullptr) {
         format::Hash64Stream stream;
-        s = store_->PutObserved(key, data,
-                                [&stream](std::span<const std::byte> p) { stream.Update(p); });
+        s = store_->PutObservedDeferred(
+            key, data, [&stream](std::span<const std::byte> p) { stream.Update(p); });
         if (s.ok()) *hash = stream.Digest();
       } else {
         s = store_->Put(key, data);
@@ -750,6 +752,10 @@ class CheckpointerImpl final : public Checkpointer {
       ci.offset = c.offset;
       return PutWithRetries(ci.key, data, &ci.hash);
     });
+    // Every chunk durable at once (one flush, not one per chunk), before
+    // the record that names them. Not retried: a failed sync does not say
+    // which chunks it lost, and a second one would not report it again.
+    if (s.ok()) s = store_->SyncDeferred();
     if (!s.ok()) return fail(s.WithContext("save of " + Where(name)));
 
     PartRecord rec{name, o.world_size, o.attempt, std::move(part)};
@@ -1124,7 +1130,7 @@ class CheckpointerImpl final : public Checkpointer {
       // The chunk as segments, one per tensor part it holds, in order; each
       // goes straight to its tensor or through the buffer.
       struct Part {
-        uint64_t at;        // in the chunk
+        uint64_t at;  // in the chunk
         uint64_t bytes;
         std::byte* target;  // where its bytes belong; null: not wanted
         bool direct;

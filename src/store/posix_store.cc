@@ -25,6 +25,8 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <system_error>
 
 #include "core/stream_copy.h"
@@ -265,7 +267,8 @@ constexpr size_t kDirectPutBlock = 8ull << 20;
 // A thread's aligned bounce buffer for direct writes from unaligned memory.
 std::byte* DirectBounce() {
   struct Buffer {
-    std::byte* data = static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, kDirectPutBlock));
+    std::byte* data =
+        static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, kDirectPutBlock));
     ~Buffer() { std::free(data); }
   };
   thread_local Buffer buffer;
@@ -455,6 +458,11 @@ class PosixStore final : public Store {
         engine_(engine),
         io_threads_(io_threads),
         direct_writes_(direct_writes) {}
+  ~PosixStore() override {
+    if (sync_fd_ >= 0) ::close(sync_fd_);
+  }
+  PosixStore(const PosixStore&) = delete;
+  PosixStore& operator=(const PosixStore&) = delete;
 
   const std::string& uri() const override { return uri_; }
   std::string engine_name() const { return engine_ == Engine::kIoUring ? "io_uring" : "threads"; }
@@ -509,12 +517,30 @@ class PosixStore final : public Store {
   }
 
   Status Put(std::string_view key, std::span<const std::byte> data) override {
-    return Write(key, data, nullptr);
+    return Write(key, data, nullptr, /*defer=*/false);
   }
 
   Status PutObserved(std::string_view key, std::span<const std::byte> data,
                      const PutObserver& see) override {
-    return Write(key, data, &see);
+    return Write(key, data, &see, /*defer=*/false);
+  }
+
+  Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
+                             const PutObserver& see) override {
+    return Write(key, data, &see, /*defer=*/true);
+  }
+
+  Status SyncDeferred() override {
+    int fd;
+    {
+      std::lock_guard<std::mutex> l(sync_mu_);
+      fd = sync_fd_;
+    }
+    if (fd < 0) return Status::Ok();  // nothing was deferred
+    if (::syncfs(fd) != 0) {
+      return SysError("syncfs", root_).WithContext("making deferred writes durable");
+    }
+    return Status::Ok();
   }
   Result<ObjectInfo> Stat(std::string_view key) override {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
@@ -572,12 +598,44 @@ class PosixStore final : public Store {
   }
 
  private:
-  // Put, showing each piece to `see` if set (PutObserved).
-  Status Write(std::string_view key, std::span<const std::byte> data, const PutObserver* see) {
+  // The file system SyncDeferred() syncs: the root's, opened on the first
+  // deferred Put, before its writes (syncfs reports the writeback errors
+  // since the open), and only where it is local: a network file system's
+  // syncfs need not reach its server, so there every Put stays durable on
+  // its own. Returns the device whose files a deferred Put may leave to
+  // SyncDeferred(), or nullopt.
+  std::optional<dev_t> DeferTarget() {
+    std::lock_guard<std::mutex> l(sync_mu_);
+    if (!sync_decided_) {
+      sync_decided_ = true;
+      if (IsLocalFileSystem(root_)) {
+        int fd;
+        do {
+          fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        } while (fd < 0 && errno == EINTR);
+        struct stat st;
+        if (fd >= 0 && ::fstat(fd, &st) == 0) {
+          sync_fd_ = fd;
+          sync_dev_ = st.st_dev;
+        } else if (fd >= 0) {
+          ::close(fd);
+        }
+      }
+    }
+    if (sync_fd_ < 0) return std::nullopt;
+    return sync_dev_;
+  }
+
+  // Put, showing each piece to `see` if set (PutObserved); with `defer`, the
+  // file and directory fsyncs are left to SyncDeferred() where it covers the
+  // file (the root's local file system, not a mount below it).
+  Status Write(std::string_view key, std::span<const std::byte> data, const PutObserver* see,
+               bool defer) {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
     const std::string path = JoinPath(root_, key);
     const std::string dir = ParentOf(path);
     STOKER_RETURN_IF_ERROR(EnsureDir(dir, key));
+    const std::optional<dev_t> sync_dev = defer ? DeferTarget() : std::nullopt;
 
     // Base name cut to keep the temporary name within NAME_MAX (255).
     const std::string_view base = std::string_view(path).substr(path.rfind('/') + 1);
@@ -590,8 +648,8 @@ class PosixStore final : public Store {
     auto open_tmp = [&tmp](bool o_direct) {
       int fd;
       do {
-        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (o_direct ? O_DIRECT : 0),
-                    0644);
+        fd = ::open(tmp.c_str(),
+                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (o_direct ? O_DIRECT : 0), 0644);
       } while (fd < 0 && errno == EINTR);
       return fd;
     };
@@ -623,7 +681,12 @@ class PosixStore final : public Store {
       }
     }
     if (st.ok()) st = WriteAll(fd, data, tmp, direct, see);
-    if (st.ok() && ::fsync(fd) != 0) st = SysError("fsync", tmp);
+    bool deferred = false;
+    if (sync_dev) {
+      struct stat fst;
+      deferred = ::fstat(fd, &fst) == 0 && fst.st_dev == *sync_dev;
+    }
+    if (st.ok() && !deferred && ::fsync(fd) != 0) st = SysError("fsync", tmp);
     // close reports deferred write errors on some filesystems (NFS).
     if (::close(fd) != 0 && st.ok() && errno != EINTR) st = SysError("close", tmp);
     if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -634,6 +697,7 @@ class PosixStore final : public Store {
       ::unlink(tmp.c_str());
       return st.WithContext("put " + Quote(key));
     }
+    if (deferred) return Status::Ok();
     return SyncDir(dir).WithContext("put " + Quote(key));
   }
 
@@ -704,6 +768,10 @@ class PosixStore final : public Store {
   const bool direct_writes_;
   std::mutex pool_mu_;
   std::shared_ptr<posix::IoThreadPool> pool_;  // guarded by pool_mu_; made on first use
+  std::mutex sync_mu_;                         // guards the three below (DeferTarget)
+  bool sync_decided_ = false;
+  int sync_fd_ = -1;
+  dev_t sync_dev_ = 0;
 };
 
 Result<Engine> ChooseEngine(const StoreOptions& options) {
@@ -753,9 +821,8 @@ Result<std::shared_ptr<Store>> NewPosixStoreForUri(std::string root, std::string
   STOKER_ASSIGN_OR_RETURN(Engine engine, ChooseEngine(options));
   uint32_t threads = options.io_threads;
   if (threads == 0) threads = std::max(4u, 2 * std::thread::hardware_concurrency());
-  return std::shared_ptr<Store>(
-      std::make_shared<PosixStore>(std::move(abs), std::move(uri), engine, threads,
-                                   options.direct_writes));
+  return std::shared_ptr<Store>(std::make_shared<PosixStore>(std::move(abs), std::move(uri), engine,
+                                                             threads, options.direct_writes));
 }
 
 }  // namespace store_internal

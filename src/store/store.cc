@@ -134,6 +134,11 @@ Status Store::PutObserved(std::string_view key, std::span<const std::byte> data,
   return Put(key, data);
 }
 
+Status Store::PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
+                                  const PutObserver& see) {
+  return PutObserved(key, data, see);
+}
+
 Result<std::vector<std::byte>> Store::ReadAll(std::string_view key) {
   STOKER_ASSIGN_OR_RETURN(ObjectInfo info, Stat(key));
   if (info.size >= std::numeric_limits<size_t>::max() / 2) {
