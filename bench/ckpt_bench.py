@@ -19,6 +19,9 @@ with random values):
             call it: no fsync; and with an fsync after it, durable), then
             torch.load, cold; and torch.load followed by copying it into the
             existing state (what model.load_state_dict does)
+  new proc  stoker.load and torch.load of the same state, each in a new
+            process after a cache drop (a resuming job: nothing of the state
+            in its memory), alternating; only the load itself is timed
   touch     the first touch of new memory of the state's size right after
             the page cache is dropped (what a load into new memory pays on
             top of its reads)
@@ -45,6 +48,7 @@ are GiB.
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import platform
@@ -244,6 +248,54 @@ def bench_stoker(state, root, repeats, cold, into):
     return median(saves), median(loads), median(loads_into)
 
 
+# Run in a new process: imports first, then the timed load, then a check that
+# the bytes came back (a digest of one tensor against the parent's).
+_FRESH_LOAD = r"""
+import hashlib, sys, time, torch
+kind, path, key, want = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+if kind == "stoker":
+    import stoker
+    c = stoker.Checkpointer(path)
+    t0 = time.perf_counter()
+    state = c.load("fresh")
+else:
+    t0 = time.perf_counter()
+    state = torch.load(path)
+t = time.perf_counter() - t0
+got = hashlib.sha256(state[key].numpy().tobytes()).hexdigest()
+assert got == want, (kind, key, got, want)
+print(t)
+"""
+
+
+def bench_fresh_process(state, work, repeats, cold):
+    """A resuming job's load: a new process (new memory, nothing of the state
+    in it) loads the checkpoint after a cache drop; stoker.load and
+    torch.load alternate, one process each. Medians of the timed load alone
+    (imports excluded)."""
+    key = "layers.0.weight"
+    want = hashlib.sha256(state[key].numpy().tobytes()).hexdigest()
+    root = str(Path(work, "stoker-fresh"))
+    c = stoker.Checkpointer(root)
+    c.save(state, "fresh")
+    c.close()
+    pt = Path(work, "torch-fresh.pt")
+    torch.save(state, pt)
+    os.sync()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    times = {"stoker": [], "torch": []}
+    for _ in range(repeats):
+        for kind, path in (("stoker", root), ("torch", str(pt))):
+            if cold:
+                drop_caches()
+            out = subprocess.run([sys.executable, "-c", _FRESH_LOAD, kind, path, key, want],
+                                 check=True, capture_output=True, text=True, env=env).stdout
+            times[kind].append(float(out.split()[-1]))
+    shutil.rmtree(root, ignore_errors=True)
+    pt.unlink()
+    return median(times["stoker"]), median(times["torch"])
+
+
 def bench_fresh_touch(nbytes, repeats, cold):
     """Seconds to fault in `nbytes` of new memory right after the page cache is
     dropped, as a load into new memory meets it: on VMs that hand freed
@@ -341,6 +393,9 @@ def run_size(size_gib, args, cold):
             state, str(work / "stoker"), args.repeats, cold, into)
         del into
         gc.collect()
+        log("  stoker.load and torch.load, each in a new process")
+        r["fresh_stoker_load_s"], r["fresh_torch_load_s"] = bench_fresh_process(
+            state, work, args.repeats, cold)
         log("  first touch of new memory after a cache drop")
         r["fresh_touch_s"] = bench_fresh_touch(nbytes, args.repeats, cold)
         log("  stoker async save")
@@ -412,6 +467,19 @@ def report(results, cold):
             f"| {r['size_gib']} GiB | {r['fio_read_Bps'] / 1e9:.3f} | {li:.3f} | "
             f"{li * 1e9 / r['fio_read_Bps']:.0%} | {gbps(n, r['torch_load_into_s']):.3f} | "
             f"{r['torch_load_into_s'] / r['stoker_load_into_s']:.2f}× |")
+    lines += ["", "Loading in a new process, as a resuming job does (new memory; stoker.load vs "
+              "torch.load, one process each, alternating):", ""]
+    lines.append("| state | fio read | stoker load | ratio | torch.load | stoker vs torch |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        if "fresh_stoker_load_s" not in r:
+            continue
+        n = r["bytes"]
+        fl = gbps(n, r["fresh_stoker_load_s"])
+        lines.append(
+            f"| {r['size_gib']} GiB | {r['fio_read_Bps'] / 1e9:.3f} | {fl:.3f} | "
+            f"{fl * 1e9 / r['fio_read_Bps']:.0%} | {gbps(n, r['fresh_torch_load_s']):.3f} | "
+            f"{r['fresh_torch_load_s'] / r['fresh_stoker_load_s']:.2f}× |")
     lines += ["", "Training stall (seconds the caller waits):", ""]
     lines.append("| state | clone once | async save | ratio to clone | first async save | "
                  "async until durable | sync save | torch.save | async vs torch.save |")
