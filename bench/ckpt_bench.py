@@ -31,6 +31,10 @@ with random values):
             stoker.save, torch.save; the reference is copying the state once
             in memory (a torch clone of every tensor)
 
+Where fio is not installed (or with --peer dd), the limit comes from dd
+instead: the same files, jobs and block size, `conv=fsync` for writes and
+`oflag/iflag=direct` for direct=1; dd writes zeros.
+
 With --rados URI also: `rados bench write` and `seq` on the URI's pool (4 MiB
 objects, 8 in flight, as many objects as the state holds) as the limit, and
 stoker.save/stoker.load to the URI (reads not cold: the OSDs keep data in
@@ -131,9 +135,38 @@ def fio(directory, rw, nbytes, jobs, direct):
     return job["write" if rw == "write" else "read"]["bw_bytes"]
 
 
-def fio_limits(directory, nbytes, repeats, jobs_options, cold):
+def dd(directory, rw, nbytes, jobs, direct):
+    """The same measurement as fio() with coreutils' dd, for machines without
+    fio: `jobs` dd processes at once, each streaming its own file of
+    nbytes/jobs in 4 MiB blocks (writes of zeros, fsynced at the end;
+    reads with --readonly's effect). Bytes/s over the wall clock of all."""
+    count = max(1, nbytes // jobs // (4 << 20))
+    flag = ["oflag=direct"] if direct and rw == "write" else []
+    flag += ["iflag=direct"] if direct and rw == "read" else []
+    cmds = []
+    for j in range(jobs):
+        f = Path(directory, f"dd-{j}")
+        if rw == "write":
+            cmds.append(["dd", "if=/dev/zero", f"of={f}", "bs=4M", f"count={count}",
+                         "conv=fsync"] + flag)
+        else:
+            cmds.append(["dd", f"if={f}", "of=/dev/null", "bs=4M"] + flag)
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in cmds]
+    for p, c in zip(procs, cmds):
+        _, err = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(c)}: {err.decode(errors='replace').strip()}")
+    return count * (4 << 20) * jobs / (time.perf_counter() - t0)
+
+
+PEERS = {"fio": fio, "dd": dd}
+
+
+def fio_limits(directory, nbytes, repeats, jobs_options, cold, peer=fio):
     """Median write and read bandwidth for each job count, through the page
-    cache and past it (O_DIRECT); the best of them counts."""
+    cache and past it (O_DIRECT); the best of them counts. `peer` is fio or,
+    where fio is not installed, dd."""
     best = {"write": 0.0, "read": 0.0}
     detail = {}
     for jobs in jobs_options:
@@ -142,16 +175,16 @@ def fio_limits(directory, nbytes, repeats, jobs_options, cold):
             for _ in range(repeats):
                 d = Path(directory, f"fio-{jobs}")
                 d.mkdir()
-                runs["write"].append(fio(d, "write", nbytes, jobs, direct))
+                runs["write"].append(peer(d, "write", nbytes, jobs, direct))
                 if cold:
                     drop_caches()
-                runs["read"].append(fio(d, "read", nbytes, jobs, direct))
+                runs["read"].append(peer(d, "read", nbytes, jobs, direct))
                 shutil.rmtree(d)
             key = f"{jobs} job(s), direct={int(direct)}"
             detail[key] = {k: median(v) for k, v in runs.items()}
             for k in best:
                 best[k] = max(best[k], detail[key][k])
-            log(f"  fio {key}: write {detail[key]['write'] / 1e9:.3f} GB/s, "
+            log(f"  {peer.__name__} {key}: write {detail[key]['write'] / 1e9:.3f} GB/s, "
                 f"read {detail[key]['read'] / 1e9:.3f} GB/s")
     return best, detail
 
@@ -380,10 +413,12 @@ def run_size(size_gib, args, cold):
     try:
         log("  clone (reference)")
         r["clone_s"] = bench_clone(state, args.repeats)
-        log("  fio")
-        limits, detail = fio_limits(work, nbytes, args.repeats, sorted({1, args.fio_jobs}), cold)
+        log(f"  {args.peer}")
+        limits, detail = fio_limits(work, nbytes, args.repeats, sorted({1, args.fio_jobs}), cold,
+                                    PEERS[args.peer])
         r["fio_write_Bps"], r["fio_read_Bps"] = limits["write"], limits["read"]
         r["fio_by_jobs"] = detail
+        r["peer"] = args.peer  # the fio_* figures are this tool's
         # The existing state lives only while a load into it is measured, and
         # only where the state, it and a loaded copy fit in memory at once.
         fits = 3.5 * nbytes < available_memory()
@@ -430,7 +465,8 @@ def _rados_root(uri, leaf):
 
 def report(results, cold):
     read_kind = "cold" if cold else "WARM (page cache not dropped: not root)"
-    lines = [f"reads: {read_kind}; medians; GB/s = 10^9 B/s", ""]
+    peer = results[0].get("peer", "fio") if results else "fio"
+    lines = [f"reads: {read_kind}; medians; GB/s = 10^9 B/s; the disk's limit from {peer}", ""]
     lines.append("| state | fio write | stoker save | ratio | fio read | stoker load | ratio | "
                  "torch.save | torch.save+fsync | torch.load | save vs torch.save |")
     lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -507,7 +543,8 @@ def report(results, cold):
                 + (f"{gbps(n, r['rados_load_into_s']):.3f} | "
                    f"{gbps(n, r['rados_load_into_s']) * 1e9 / r['rados_seq_Bps']:.0%} |"
                    if r["rados_load_into_s"] else "| |"))
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    return text if peer == "fio" else text.replace("fio", peer)
 
 
 def main():
@@ -518,10 +555,17 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--fio-jobs", type=int, default=4,
                    help="fio is also run with this many jobs; the faster counts")
+    p.add_argument("--peer", choices=["auto", "fio", "dd"], default="auto",
+                   help="the disk's limit from fio, or from dd where fio is not installed "
+                        "(auto: fio if on PATH)")
     p.add_argument("--rados", default=None, help="a rados:// root to measure as well")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args()
     sizes = [float(s) for s in args.sizes.split(",") if s]
+    if args.peer == "auto":
+        args.peer = "fio" if shutil.which("fio") else "dd"
+        if args.peer == "dd":
+            log("fio is not installed: the disk's limit comes from dd (the tables say fio)")
     own_dir = args.dir is None
     if own_dir:
         args.dir = tempfile.mkdtemp(prefix="stoker-ckbench-", dir="/var/tmp")

@@ -24,7 +24,10 @@
 #
 # Environment for `run`: STOKER_GPU_DATA_GIB (dataset size, default 8),
 # STOKER_GPU_SAMPLE_KIB (raw sample size, default 128), STOKER_GPU_STEPS
-# (which steps, default "tests,sanitizer,loader_test,h2d,python,loader").
+# (which steps, default "tests,sanitizer,loader_test,h2d,python,loader";
+# "ckpt" adds bench/ckpt_bench.py on this machine's disk, for the sizes in
+# STOKER_GPU_CKPT_SIZES, default "1 8", each within STOKER_GPU_CKPT_TIMEOUT
+# seconds, default 540).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=.gpu-carry
@@ -53,12 +56,15 @@ prepare() {
 }
 
 # Builds python/stoker_ext.cc against this machine's python3 and pybind11,
-# linked to the carried static modules, and runs the GPU Python tests.
-python_binding() {
-  local py=/tmp/stoker-py suffix inc
+# linked to the carried static modules, into /tmp/stoker-py (once). Returns
+# 2 where there is no pybind11.
+py=/tmp/stoker-py
+build_binding() {
+  local suffix inc
+  [[ -f $py/stoker/built ]] && return 0
   if ! inc=$(python3 -m pybind11 --includes 2>/dev/null); then
-    echo "python: no pybind11 for $(command -v python3): skipped"
-    return 0
+    echo "python: no pybind11 for $(command -v python3)"
+    return 2
   fi
   suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
   rm -rf "$py"
@@ -73,6 +79,17 @@ python_binding() {
     tail -20 "$out/python_build.log"
     return 1
   fi
+  touch "$py/stoker/built"
+}
+
+# The GPU Python tests, through the binding built here.
+python_binding() {
+  build_binding
+  case $? in
+    0) ;;
+    2) echo "python: skipped"; return 0 ;;
+    *) return 1 ;;
+  esac
   PYTHONPATH=$py STOKER_SOURCE_DIR=$PWD timeout 300 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_gpu.py tests/python/test_torch.py 2>&1 | tee "$out/python_test.log" | tail -15
   return "${PIPESTATUS[0]}"
@@ -137,6 +154,27 @@ run() {
   if want python; then
     step "Python: the binding built here for this python3; batches into torch via DLPack"
     python_binding || fail=1
+  fi
+
+  if want ckpt; then
+    # Not in the default steps (it takes minutes): the checkpoint bench on
+    # this machine's disk, one run per size so that a size cut short by the
+    # time limit leaves the others. dd stands in for fio where it is missing.
+    step "checkpoints: stoker.save/load vs the disk and torch.save/load"
+    df -h /var/tmp | tail -1
+    echo "/var/tmp is $(stat -f -c %T /var/tmp); fio: $(command -v fio || echo 'not installed')"
+    if build_binding; then
+      local size
+      for size in ${STOKER_GPU_CKPT_SIZES:-1 8}; do
+        PYTHONPATH=$py:$PWD/bench PYTHONUNBUFFERED=1 timeout "${STOKER_GPU_CKPT_TIMEOUT:-540}" \
+          python3 bench/ckpt_bench.py --dir /var/tmp/ckbench --sizes "$size" \
+          --repeats "${STOKER_GPU_CKPT_REPEATS:-3}" --json "$out/ckpt_bench_$size.json" 2>&1 |
+          tee "$out/ckpt_bench_$size.log"
+        ((PIPESTATUS[0] == 0)) || fail=1
+      done
+    else
+      fail=1
+    fi
   fi
 
   want loader || return "$fail"
