@@ -185,8 +185,9 @@ constexpr uint32_t kExt4GoingFlagsNoLogFlush = 2;
 
 std::string PowerCutDisk::Unavailable() {
   if (::geteuid() != 0) return "mounting a loop device needs root";
-  if (std::string why = Shell("command -v mkfs.ext4 && command -v mount"); !why.empty()) {
-    return "mkfs.ext4 or mount is missing (packages e2fsprogs, mount): " + why;
+  if (std::string why = Shell("command -v mkfs.ext4 && command -v mount && command -v flock");
+      !why.empty()) {
+    return "mkfs.ext4, mount or flock is missing (packages e2fsprogs, mount, util-linux): " + why;
   }
   if (::access("/dev/loop-control", R_OK | W_OK) != 0) {
     return "no /dev/loop-control (no loop device support here): " +
@@ -238,9 +239,10 @@ void PowerCutDisk::Remount() {
     }
     mounted_ = false;
   }
-  // mount -o loop attaches a free loop device and detaches it at umount.
-  if (std::string e = Shell("mount -t ext4 -o loop,commit=600 '" + image_.string() + "' '" +
-                            mount_.string() + "'");
+  // mount -o loop attaches a free loop device and detaches it at umount;
+  // flock keeps two tests (ctest -j) from racing for the same free device.
+  if (std::string e = Shell("flock /tmp/stoker-test-loop.lock mount -t ext4 -o loop,commit=600 '" +
+                            image_.string() + "' '" + mount_.string() + "'");
       !e.empty()) {
     throw std::runtime_error(e);
   }
