@@ -434,6 +434,33 @@ TEST_P(StoreConformance, RemoveThenNotFound) {
   EXPECT_EQ(store_->Stat(K("gone/x"))->size, 5u);
 }
 
+// RemoveFolder removes every object under the folder, at any depth, and
+// nothing beside it (a key that only shares the folder's name as a prefix
+// stays); an empty or absent folder is fine; a bad folder is refused.
+TEST_P(StoreConformance, RemoveFolderRemovesEverythingUnderItAndNothingElse) {
+  for (const char* k : {"rf/a", "rf/b/c", "rf/b/d/e", "rfx", "rf-sibling/a"}) {
+    ASSERT_OK(store_->Put(K(k), Text(k)));
+  }
+  ASSERT_OK(store_->RemoveFolder(K("rf/")));
+  for (const char* k : {"rf/a", "rf/b/c", "rf/b/d/e"}) {
+    EXPECT_EQ(store_->Stat(K(k)).status().code(), Code::kNotFound) << k;
+  }
+  auto listed = store_->List(K("rf"));
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].key, K("rf-sibling/a"));
+  EXPECT_EQ((*listed)[1].key, K("rfx"));
+  ASSERT_OK(store_->RemoveFolder(K("rf/")));         // already gone
+  ASSERT_OK(store_->RemoveFolder(K("never-was/")));  // never there
+  // And the folder can be written again.
+  ASSERT_OK(store_->Put(K("rf/a"), Text("again")));
+  EXPECT_EQ(store_->Stat(K("rf/a"))->size, 5u);
+  for (const std::string bad : {"rf", "", "/", "../", "a/../", ".hidden/", "a//"}) {
+    EXPECT_EQ(store_->RemoveFolder(bad).code(), Code::kInvalidArgument) << bad;
+  }
+  EXPECT_TRUE(store_->Stat(K("rf/a")).ok());
+}
+
 TEST_P(StoreConformance, InvalidKeysRejectedEverywhere) {
   const std::vector<std::string> bad = {"../x",
                                         "/abs",
@@ -993,6 +1020,32 @@ TEST_P(PosixStoreTest, DirectIoReadsAlignedRanges) {
       return b == std::byte{0x11};
     })) << "wrote past dst";
   }
+}
+
+// RemoveFolder takes the folder itself: the hidden temporary files a killed
+// Put leaves (which List never shows) and the emptied sub-folders go too.
+TEST_P(PosixStoreTest, RemoveFolderTakesTemporaryFilesAndSubFolders) {
+  ASSERT_OK(store_->Put("ck/rank-0/000.chunk", RandomBytes(1000, 1)));
+  ASSERT_OK(store_->Put("ck/rank-1/000.chunk", RandomBytes(1000, 2)));
+  ASSERT_OK(store_->Put("keep", RandomBytes(10, 3)));
+  // What a Put killed between its write and its rename leaves.
+  testing::WriteFile(root_ / "ck/rank-0/.001.chunk.tmp.4242.7", RandomBytes(5000, 4));
+  fs::create_directories(root_ / "ck/rank-2");
+  testing::WriteFile(root_ / "ck/rank-2/.000.chunk.tmp.4242.8", RandomBytes(5000, 5));
+  auto listed = store_->List("ck/");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 2u);  // the temporary files are not objects
+  ASSERT_OK(store_->RemoveFolder("ck/"));
+  EXPECT_FALSE(fs::exists(root_ / "ck"));
+  EXPECT_EQ(Tree(), std::set<std::string>{"keep"});
+  // A symbolic link in the folder is removed, not followed.
+  const fs::path outside = tmp_.path() / "outside";
+  testing::WriteFile(outside / "precious", RandomBytes(10, 6));
+  fs::create_directories(root_ / "ln");
+  fs::create_symlink(outside, root_ / "ln" / "link");
+  ASSERT_OK(store_->RemoveFolder("ln/"));
+  EXPECT_TRUE(fs::exists(outside / "precious"));
+  EXPECT_FALSE(fs::exists(root_ / "ln"));
 }
 
 // Durability through a power cut (testing::PowerCutDisk): a Put is durable

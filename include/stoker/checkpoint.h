@@ -307,7 +307,8 @@ class Checkpointer {
   virtual Status Verify(std::string_view name, CheckpointVerifyReport* report) = 0;
 
   // Removes a checkpoint, committed or not: its manifest first (so it is no
-  // longer a checkpoint), then its other objects. If `latest` named it,
+  // longer a checkpoint), then the rest of NAME/ (Store::RemoveFolder: its
+  // objects and what a killed save left there). If `latest` named it,
   // `latest` moves to the newest remaining commit (or is removed).
   virtual Status Remove(std::string_view name) = 0;
 };

@@ -194,6 +194,16 @@ class Store {
 
   // Removes an object; NotFound if it does not exist.
   virtual Status Remove(std::string_view key) = 0;
+
+  // Removes every object under `folder` (a key prefix ending in '/', whose
+  // components pass the key rules) and what the backend keeps there besides
+  // objects: the POSIX store removes the folder itself, with the temporary
+  // files that Puts killed part way left behind (never listed, so no
+  // object-by-object removal finds them) and the emptied sub-folders. OK if
+  // nothing is there. Not atomic, not durable on return: a crash part way
+  // leaves some of the objects, each whole. A Put under `folder` at the same
+  // time may survive it. The default lists and removes each object.
+  virtual Status RemoveFolder(std::string_view folder);
 };
 
 // Forwards every call to another store, so that a decorator (fault injection,

@@ -582,12 +582,9 @@ class CheckpointerImpl final : public Checkpointer {
     if (!s.ok() && s.code() != Code::kNotFound) return s;
     auto latest = ReadLatest();
     if (latest.ok() && *latest == n) STOKER_RETURN_IF_ERROR(RepointLatest());
-    for (const ObjectInfo& o : objects) {
-      if (o.key == ManifestKey(n)) continue;
-      Status r = store_->Remove(o.key);
-      if (!r.ok() && r.code() != Code::kNotFound) return r;
-    }
-    return Status::Ok();
+    // The rest, with what a killed save left that no listing shows (a POSIX
+    // store's temporary files of chunks cut short).
+    return store_->RemoveFolder(n + "/");
   }
 
  private:

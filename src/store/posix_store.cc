@@ -597,6 +597,18 @@ class PosixStore final : public Store {
     return Status::Ok();
   }
 
+  // The folder itself: its objects, the hidden temporary files of Puts that
+  // were killed part way, and its sub-folders. remove_all does not follow
+  // symbolic links (it removes the link).
+  Status RemoveFolder(std::string_view folder) override {
+    STOKER_RETURN_IF_ERROR(store_internal::ValidateFolder(folder));
+    const std::string path = JoinPath(root_, folder.substr(0, folder.size() - 1));
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (ec && ec.value() != ENOENT) return ErrnoToStatus(ec.value(), "remove folder " + path);
+    return Status::Ok();
+  }
+
  private:
   // The file system SyncDeferred() syncs: the root's, opened on the first
   // deferred Put, before its writes (syncfs reports the writeback errors

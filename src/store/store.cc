@@ -56,6 +56,16 @@ Status ValidatePrefix(std::string_view prefix) {
   return Status::Ok();
 }
 
+Status ValidateFolder(std::string_view folder) {
+  if (folder.size() < 2 || folder.back() != '/') {
+    return InvalidArgument("invalid folder " + Quote(folder) +
+                           ": a folder is a key prefix that ends with '/'");
+  }
+  Status st = ValidateKey(folder.substr(0, folder.size() - 1));
+  if (!st.ok()) return InvalidArgument("invalid folder " + Quote(folder) + ": " + st.message());
+  return Status::Ok();
+}
+
 }  // namespace store_internal
 
 Status ValidateKey(std::string_view key) {
@@ -132,6 +142,16 @@ Status Store::PutObserved(std::string_view key, std::span<const std::byte> data,
                           const PutObserver& see) {
   see(data);
   return Put(key, data);
+}
+
+Status Store::RemoveFolder(std::string_view folder) {
+  STOKER_RETURN_IF_ERROR(store_internal::ValidateFolder(folder));
+  STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, List(folder));
+  for (const ObjectInfo& o : objects) {
+    Status s = Remove(o.key);
+    if (!s.ok() && s.code() != Code::kNotFound) return s;
+  }
+  return Status::Ok();
 }
 
 Status Store::PutObservedDeferred(std::string_view key, std::span<const std::byte> data,

@@ -20,6 +20,10 @@ std::string Quote(std::string_view key);
 // store. InvalidArgument otherwise.
 Status ValidatePrefix(std::string_view prefix);
 
+// A folder for Store::RemoveFolder: a valid key followed by '/'.
+// InvalidArgument otherwise.
+Status ValidateFolder(std::string_view folder);
+
 // The process-wide memory store called `name` (mem://NAME); created on first
 // use and kept for the life of the process.
 std::shared_ptr<Store> OpenNamedMemoryStore(std::string_view name);
