@@ -125,9 +125,14 @@ py::array ByteView(std::span<const std::byte> bytes, const py::capsule& owner) {
 
 py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& owner) {
   const size_t hw = size_t{c.width} * c.channels;
+  (void)hw;
+  if (c.dtype != ImageDType::kUInt8 || c.layout != ImageLayout::kNHWC) {
+    throw std::runtime_error("image columns other than uint8 NHWC are not exported yet");
+  }
   return py::array_t<uint8_t>({n, size_t{c.height}, size_t{c.width}, size_t{c.channels}},
                               {c.height * hw, hw, size_t{c.channels}, size_t{1}},
-                              const_cast<uint8_t*>(c.data.data()), owner);
+                              reinterpret_cast<uint8_t*>(const_cast<std::byte*>(c.data.data())),
+                              owner);
 }
 
 // How batches are handed to Python: `array` (e.g. torch.from_numpy) is applied

@@ -780,7 +780,8 @@ TEST(LoaderDecodeTest, DecodedImagesEqualADirectDecodeOfTheSourceFiles) {
       const auto& src = sources->files[b->sample_ids()[i]];
       auto jpeg = testing::ReadFile(src.path);
       ASSERT_TRUE(DecodeJpegResized(jpeg, 32, 48, want, &scratch).ok());
-      ASSERT_TRUE(std::equal(want.begin(), want.end(), img->data.begin() + i * want.size()));
+      ASSERT_TRUE(std::equal(want.begin(), want.end(),
+                             reinterpret_cast<const uint8_t*>(img->data.data()) + i * want.size()));
       EXPECT_EQ(b->int64("label")->values[i], src.label);
       ++seen;
     }

@@ -37,21 +37,12 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/decode.h"
 #include "stoker/format.h"
 #include "stoker/status.h"
 #include "stoker/store.h"
 
 namespace stoker {
-
-// JPEG decode and resize, done by the collate workers.
-struct DecodeOptions {
-  // The bytes field holding JPEG data. Empty: no decode. Default: none.
-  std::string field;
-  // Output size; each image is resized (bilinear, aspect ratio not kept, as
-  // torchvision's Resize((h, w)) does) to exactly this. Default: 224 x 224.
-  uint32_t height = 224;
-  uint32_t width = 224;
-};
 
 // Where an epoch stands: enough to resume it, on any machine and (the
 // position being global) on any world size.
@@ -168,11 +159,14 @@ class Batch {
     std::string name;
     std::span<const int64_t> values;
   };
-  // A decoded image field: dense uint8, N x H x W x C (C = 3, RGB).
+  // A decoded image field: dense, N x H x W x C or N x C x H x W (layout),
+  // C = 3 (RGB), elements of `dtype` (uint8, float32 or float16).
   struct ImageColumn {
     std::string name;
-    std::span<const uint8_t> data;
+    std::span<const std::byte> data;
     uint32_t height = 0, width = 0, channels = 3;
+    ImageDType dtype = ImageDType::kUInt8;
+    ImageLayout layout = ImageLayout::kNHWC;
   };
 
   Batch() = default;

@@ -107,6 +107,7 @@ class PerFileLoaderImpl final : public PerFileLoader {
         BatchSamples s;
         s.count = count;
         s.sample_ids = ids.data();
+        s.seed = options_.seed;
         s.value = [&](size_t i, size_t c) -> std::span<const std::byte> {
           if (c == 0) return files[i];
           return std::as_bytes(std::span<const int64_t>(&labels[i], 1));

@@ -53,7 +53,7 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
   size = AlignUp(size + n * sizeof(uint64_t), kColumnAlignment);
   const uint64_t padding_at = size;
   size = AlignUp(size + n, kColumnAlignment);
-  const uint64_t image_bytes = uint64_t(decode.height) * decode.width * 3;
+  const uint64_t image_bytes = DecodedSampleBytes(decode);
   for (size_t c = 0; c < columns.size(); ++c) {
     column_offset[c] = size;
     const ColumnSpec& col = columns[c];
@@ -94,7 +94,7 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
   for (size_t c = 0; c < columns.size(); ++c) {
     offsets[c] = reinterpret_cast<uint64_t*>(base + column_offset[c]);
   }
-  thread_local std::vector<uint8_t> scratch;
+  thread_local DecodeScratch scratch;
   if (s.read) {
     // Each record lands in place; only a decoded column's bytes go through
     // a scratch buffer of their own, to be decoded from there.
@@ -119,9 +119,9 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
       STOKER_RETURN_IF_ERROR(s.read(i, dst));
       for (size_t c = 0; c < columns.size(); ++c) {
         if (!columns[c].decode) continue;
-        auto* out = reinterpret_cast<uint8_t*>(base + column_offset[c]) + i * image_bytes;
-        Status st = DecodeJpegResized(encoded[c], decode.height, decode.width, {out, image_bytes},
-                                      &scratch);
+        std::byte* out = base + column_offset[c] + i * image_bytes;
+        Status st = DecodeSample(decode, encoded[c], {s.seed, epoch, s.sample_ids[i]},
+                                 {out, image_bytes}, &scratch);
         if (!st.ok()) return st.WithContext(s.describe(i) + ": field '" + columns[c].name + "'");
       }
     }
@@ -140,8 +140,9 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
       std::byte* at = base + column_offset[c];
       auto v = s.value(i, c);
       if (col.decode) {
-        auto* out = reinterpret_cast<uint8_t*>(at) + i * image_bytes;
-        Status st = DecodeJpegResized(v, decode.height, decode.width, {out, image_bytes}, &scratch);
+        std::byte* out = at + i * image_bytes;
+        Status st =
+            DecodeSample(decode, v, {s.seed, epoch, s.sample_ids[i]}, {out, image_bytes}, &scratch);
         if (!st.ok()) return st.WithContext(s.describe(i) + ": field '" + col.name + "'");
       } else if (col.type == format::FieldType::kInt64) {
         std::memcpy(at + i * sizeof(int64_t), v.data(), sizeof(int64_t));
@@ -164,11 +165,9 @@ Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec
     const ColumnSpec& col = columns[c];
     std::byte* at = base + column_offset[c];
     if (col.decode) {
-      b.images_.push_back({col.name,
-                           {reinterpret_cast<uint8_t*>(at), n * image_bytes},
-                           decode.height,
-                           decode.width,
-                           3});
+      b.images_.push_back(
+          {col.name, {at, n * image_bytes}, decode.height, decode.width, 3, decode.dtype,
+           decode.layout});
     } else if (col.type == format::FieldType::kInt64) {
       b.int64_.push_back({col.name, {reinterpret_cast<int64_t*>(at), n}});
     } else {

@@ -25,6 +25,8 @@ struct ColumnSpec {
 struct BatchSamples {
   size_t count = 0;
   const uint64_t* sample_ids = nullptr;
+  // Where decode's random draws come from: SampleKey{seed, epoch, sample_ids[i]}.
+  uint64_t seed = 0;
   const uint8_t* padding = nullptr;  // may be null: no padding
   // The raw value of column c of sample i (an int64 column's 8 bytes).
   std::function<std::span<const std::byte>(size_t i, size_t c)> value;

@@ -161,3 +161,49 @@ Status DecodeJpegResized(std::span<const std::byte> jpeg, uint32_t out_h, uint32
 }
 
 }  // namespace stoker
+
+// ---- DecodeSample (stoker/decode.h) ----------------------------------------
+namespace stoker {
+
+size_t ImageDTypeSize(ImageDType t) {
+  switch (t) {
+    case ImageDType::kUInt8:
+      return 1;
+    case ImageDType::kFloat32:
+      return 4;
+    case ImageDType::kFloat16:
+      return 2;
+  }
+  return 1;
+}
+
+size_t DecodedSampleBytes(const DecodeOptions& o) {
+  return size_t(o.height) * o.width * 3 * ImageDTypeSize(o.dtype);
+}
+
+Status ValidateDecodeOptions(const DecodeOptions& o) {
+  if (o.field.empty()) return Status::Ok();
+  if (o.height == 0 || o.width == 0 || o.height > 8192 || o.width > 8192) {
+    return InvalidArgument("decode size must be between 1x1 and 8192x8192");
+  }
+  return Status::Ok();
+}
+
+struct DecodeScratch::Impl {
+  std::vector<uint8_t> pixels;
+};
+DecodeScratch::DecodeScratch() : impl_(std::make_unique<Impl>()) {}
+DecodeScratch::~DecodeScratch() = default;
+
+Status DecodeSample(const DecodeOptions& o, std::span<const std::byte> jpeg, const SampleKey& key,
+                    std::span<std::byte> out, DecodeScratch* scratch) {
+  if (o.crop != CropMode::kResize || o.flip != 0.0f || o.normalize ||
+      o.dtype != ImageDType::kUInt8 || o.layout != ImageLayout::kNHWC) {
+    return Unsupported("decode: crops, flips, normalization, float output and NCHW are not built");
+  }
+  return DecodeJpegResized(jpeg, o.height, o.width,
+                           {reinterpret_cast<uint8_t*>(out.data()), out.size()},
+                           &scratch->impl()->pixels);
+}
+
+}  // namespace stoker

@@ -403,7 +403,7 @@ class LoaderImpl final : public Loader {
     const uint64_t avg_field = manifest_.max_sample_bytes;
     for (const auto& c : columns_) {
       if (c.decode) {
-        per_sample += uint64_t(options_.decode.height) * options_.decode.width * 3;
+        per_sample += DecodedSampleBytes(options_.decode);
       } else if (c.type == format::FieldType::kInt64) {
         per_sample += 8;
       } else {
@@ -768,6 +768,7 @@ class LoaderImpl final : public Loader {
       return u.view.Record(e.local_of_sample[first + i]);
     };
     s.count = count;
+    s.seed = options_.seed;
     s.sample_ids = ids.data();
     s.padding = padding.data();
     s.value = [&](size_t i, size_t c) {
@@ -905,10 +906,7 @@ Status ValidateOptions(const LoaderOptions& o) {
   }
   if (o.reads_in_flight == 0) return InvalidArgument("reads_in_flight must be at least 1");
   if (o.shuffle_window_shards == 0) return InvalidArgument("shuffle_window_shards must be >= 1");
-  if (!o.decode.field.empty() && (o.decode.height == 0 || o.decode.width == 0 ||
-                                  o.decode.height > 8192 || o.decode.width > 8192)) {
-    return InvalidArgument("decode size must be between 1x1 and 8192x8192");
-  }
+  STOKER_RETURN_IF_ERROR(ValidateDecodeOptions(o.decode));
   if (o.read_timeout.count() <= 0) return InvalidArgument("read_timeout must be positive");
   if (o.read_unit != "auto" && o.read_unit != "shard" && o.read_unit != "sample") {
     return InvalidArgument("read_unit must be auto, shard or sample, not '" + o.read_unit + "'");

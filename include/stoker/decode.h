@@ -1,0 +1,106 @@
+// Decode and augmentation of one image sample, as the loader's workers do it.
+//
+// The loader calls DecodeSample once per sample, in whichever worker builds
+// that sample, into the sample's slot of the batch's image column
+// (DecodedSampleBytes(options) bytes). Random choices (the crop box, the
+// flip) are drawn from (seed, epoch, sample id) alone, so a resumed run and
+// every worker count see the same pixels.
+//
+// Thread safety: DecodeSample is safe to call from any number of threads at
+// once (each with its own DecodeScratch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "stoker/status.h"
+
+namespace stoker {
+
+enum class ImageDType : uint8_t { kUInt8 = 0, kFloat32 = 1, kFloat16 = 2 };
+enum class ImageLayout : uint8_t { kNHWC = 0, kNCHW = 1 };
+enum class CropMode : uint8_t {
+  // The whole image resized to height x width (aspect ratio not kept), as
+  // torchvision's Resize((h, w)).
+  kResize = 0,
+  // Shorter side resized to `resize_shorter`, then the centre height x width
+  // cut out: torchvision's Resize(256) + CenterCrop(224) for evaluation.
+  kCenter = 1,
+  // torchvision's RandomResizedCrop(size, scale, ratio): a box of random
+  // area and aspect ratio, resized to height x width.
+  kRandomResized = 2,
+};
+
+// JPEG decode and augmentation, done by the loader's workers.
+struct DecodeOptions {
+  // The bytes field holding JPEG data. Empty: no decode. Default: none.
+  std::string field;
+  // Output size. Default: 224 x 224.
+  uint32_t height = 224;
+  uint32_t width = 224;
+  // Default: kResize (what stoker did before crops existed).
+  CropMode crop = CropMode::kResize;
+  // kRandomResized: the box's area as a fraction of the image's, and its
+  // aspect ratio (w / h), drawn log-uniformly as torchvision does.
+  // Default: torchvision's scale (0.08, 1.0) and ratio (3/4, 4/3).
+  float scale_min = 0.08f, scale_max = 1.0f;
+  float ratio_min = 3.0f / 4.0f, ratio_max = 4.0f / 3.0f;
+  // kCenter: the shorter side before the centre crop. Default: 0 =
+  // height * 256 / 224 (torchvision's ImageNet evaluation: 256 for 224).
+  uint32_t resize_shorter = 0;
+  // Probability of a horizontal flip. Default: 0 (never).
+  float flip = 0.0f;
+  // (x / 255 - mean) / std per channel, into dtype. Default: off.
+  bool normalize = false;
+  float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet's, as torchvision's docs use
+  float std[3] = {0.229f, 0.224f, 0.225f};
+  // Element type of the output. kUInt8 cannot be normalized. Default: kUInt8.
+  ImageDType dtype = ImageDType::kUInt8;
+  // Default: kNHWC (uint8 HWC as decoded).
+  ImageLayout layout = ImageLayout::kNHWC;
+  // A sample that is not a decodable JPEG: by default the batch fails with
+  // Corruption naming the dataset, shard and sample; with this on, its
+  // image is zero-filled, and the loader counts it (LoaderStats). Default: off.
+  bool skip_corrupt = false;
+};
+
+// InvalidArgument naming the parameter when `o` is out of range (sizes,
+// scale, ratio, flip probability, std of 0, normalize with uint8).
+Status ValidateDecodeOptions(const DecodeOptions& o);
+
+// Bytes one decoded sample occupies: height * width * 3 * element size.
+size_t DecodedSampleBytes(const DecodeOptions& o);
+size_t ImageDTypeSize(ImageDType t);
+
+// Where a sample's random draws come from.
+struct SampleKey {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t sample_id = 0;  // global id in the dataset
+};
+
+// Per-thread reusable memory of DecodeSample (decoder handle, pixels).
+class DecodeScratch {
+ public:
+  DecodeScratch();
+  ~DecodeScratch();
+  DecodeScratch(const DecodeScratch&) = delete;
+  DecodeScratch& operator=(const DecodeScratch&) = delete;
+  struct Impl;
+  Impl* impl() { return impl_.get(); }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Decodes `jpeg` and applies `o` into `out` (DecodedSampleBytes(o) bytes;
+// layout HWC or CHW of one sample). Corruption when the data is not a
+// decodable JPEG (the caller adds which sample); Unsupported when built
+// without libturbojpeg.
+Status DecodeSample(const DecodeOptions& o, std::span<const std::byte> jpeg, const SampleKey& key,
+                    std::span<std::byte> out, DecodeScratch* scratch);
+
+}  // namespace stoker
