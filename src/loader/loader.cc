@@ -71,8 +71,9 @@ struct Epoch {
 
 class LoaderImpl final : public Loader {
  public:
-  LoaderImpl(std::shared_ptr<Store> store, Manifest manifest, LoaderOptions options,
-             std::vector<ColumnSpec> columns, std::vector<int> column_fields, int device);
+  LoaderImpl(std::shared_ptr<LoaderCounters> counters, std::shared_ptr<Store> store,
+             Manifest manifest, LoaderOptions options, std::vector<ColumnSpec> columns,
+             std::vector<int> column_fields, int device);
   ~LoaderImpl() override { epoch_.reset(); }
 
   Status Init();
@@ -97,6 +98,9 @@ class LoaderImpl final : public Loader {
     return e.plan.start_position() / per_step;
   }
 
+  // Shared with the stages and the RetryingStore around store_ (declared
+  // first: destroyed last).
+  const std::shared_ptr<LoaderCounters> counters_;
   const int device_;  // -1: host delivery
   std::shared_ptr<Store> store_;
   const Manifest manifest_;
@@ -117,14 +121,13 @@ class LoaderImpl final : public Loader {
   std::unique_ptr<gpu::Stager> stager_;
   std::unique_ptr<Epoch> epoch_;
   LoaderState last_state_;
-  // Shared with the stages and the RetryingStore (which outlives no loader:
-  // the loader holds it).
-  std::unique_ptr<LoaderCounters> counters_ = std::make_unique<LoaderCounters>();
 };
 
-LoaderImpl::LoaderImpl(std::shared_ptr<Store> store, Manifest manifest, LoaderOptions options,
-                       std::vector<ColumnSpec> columns, std::vector<int> column_fields, int device)
-    : device_(device),
+LoaderImpl::LoaderImpl(std::shared_ptr<LoaderCounters> counters, std::shared_ptr<Store> store,
+                       Manifest manifest, LoaderOptions options, std::vector<ColumnSpec> columns,
+                       std::vector<int> column_fields, int device)
+    : counters_(std::move(counters)),
+      device_(device),
       manifest_(std::move(manifest)),
       options_(std::move(options)),
       columns_(std::move(columns)),
@@ -133,13 +136,6 @@ LoaderImpl::LoaderImpl(std::shared_ptr<Store> store, Manifest manifest, LoaderOp
   for (const auto& s : manifest_.shards) {
     shard_samples_.push_back(s.samples);
     max_shard_bytes = std::max(max_shard_bytes, s.bytes);
-  }
-  if (options_.read_retries > 0) {
-    RetryOptions ro;
-    ro.max_retries = options_.read_retries;
-    ro.deadline = options_.read_timeout;
-    ro.retries = &counters_->read_retries;
-    store = std::make_shared<RetryingStore>(std::move(store), ro);
   }
   store_ = std::move(store);
   const std::string& unit = options_.read_unit;
@@ -389,6 +385,15 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::string_view uri, const LoaderO
 Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
                                              const LoaderOptions& options) {
   STOKER_RETURN_IF_ERROR(ValidateOptions(options));
+  // Retries wrap the store, so that every read (the manifest's too) has them.
+  auto counters = std::make_shared<LoaderCounters>();
+  if (options.read_retries > 0) {
+    RetryOptions ro;
+    ro.max_retries = options.read_retries;
+    ro.deadline = options.read_timeout;
+    ro.retries = &counters->read_retries;
+    store = std::make_shared<RetryingStore>(std::move(store), ro);
+  }
   STOKER_ASSIGN_OR_RETURN(format::Manifest manifest, ReadManifest(*store));
 
   std::vector<ColumnSpec> columns;
@@ -421,8 +426,9 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
                            "delivered from " + store->uri());
   }
   STOKER_ASSIGN_OR_RETURN(const int device, ParseDevice(options.device));
-  auto impl = std::make_unique<LoaderImpl>(std::move(store), std::move(manifest), options,
-                                           std::move(columns), std::move(fields), device);
+  auto impl =
+      std::make_unique<LoaderImpl>(std::move(counters), std::move(store), std::move(manifest),
+                                   options, std::move(columns), std::move(fields), device);
   STOKER_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Loader>(std::move(impl));
 }
