@@ -312,8 +312,10 @@ class Loader:
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.
       reads_in_flight: whole-shard reads outstanding.
-      memory_budget: bytes for shard and batch buffers (the loader refuses a
-        budget too small for the shuffle window, naming what it needs).
+      memory_budget: bytes for shard and batch buffers; 0 (default) sizes it
+        from the dataset and the machine (see LoaderOptions::memory_budget).
+        An explicit budget too small for the shuffle window is refused,
+        naming what it needs.
       prefetch: batches built ahead of the consumer.
       shuffle_window: shards whose samples are mixed together.
       read_retries, read_timeout: a shard read that fails with a retryable
@@ -340,7 +342,7 @@ class Loader:
 
     def __init__(self, uri, batch_size, *, shuffle=True, seed=0, rank=None, world_size=None,
                  drop_last=False, decode=None, fields=None, format="numpy", threads=0,
-                 reads_in_flight=8, memory_budget=512 << 20, prefetch=4, shuffle_window=8,
+                 reads_in_flight=8, memory_budget=0, prefetch=4, shuffle_window=8,
                  read_retries=3, read_timeout=60.0, direct_io=False, store=None,
                  device=None, device_memory_budget=0, read_unit="auto"):
         self._impl = None  # so close() and __repr__ work if a check below raises
@@ -395,7 +397,7 @@ class Loader:
             shuffle_window_shards=shuffle_window, rank=self.rank, world_size=self.world_size,
             drop_last=self.drop_last,
             reads_in_flight=_int("reads_in_flight", reads_in_flight, 1),
-            memory_budget=_int("memory_budget", memory_budget, 1, _U64),
+            memory_budget=_int("memory_budget", memory_budget, 0, _U64),
             prefetch_batches=_int("prefetch", prefetch, 0),
             threads=_int("threads", threads, 0, 4096), direct_io=_bool("direct_io", direct_io),
             fields=fields or [], decode_field=decode_field, decode_height=decode_height,
