@@ -13,7 +13,10 @@ namespace {
 constexpr uint64_t kChunksPerWorker = 4;
 // Chunks of small samples carry at least this many bytes, so that a claim
 // (one contended atomic) stays a small part of the copy.
-constexpr uint64_t kMinChunkBytes = 64 * 1024;
+// (On the 16-core H200 machine, raw 4-12 KiB samples in batches of 64 through
+// Python, 16 threads: 64 KiB chunks and every waiting worker woken for each
+// batch gave 0.41 M samples/s against 1.08 M at 4 threads.)
+constexpr uint64_t kMinChunkBytes = 256 * 1024;
 
 // Record bytes the calling worker read in its current chunk (per-sample reads).
 thread_local uint64_t tl_record_bytes = 0;
@@ -69,7 +72,8 @@ void Assembly::Consumed(uint64_t next) {
     limit_ = next + config_.window;
   }
   source_.AllowBuildUpTo(next + config_.window);
-  cv_.notify_all();
+  // One worker to open the batch now allowed; it wakes helpers as it needs.
+  cv_.notify_one();
 }
 
 void Assembly::WorkerLoop(uint32_t id) {
@@ -110,11 +114,18 @@ std::shared_ptr<Assembly::Job> Assembly::NextJob() {
       std::shared_ptr<Job> job = Open(b);
       lock.lock();
       opening_ = false;
-      if (job) open_.push_back(std::move(job));
-      cv_.notify_all();
+      if (job) {
+        // Wake only as many idle workers as there are chunks for them: waking
+        // all of them for every batch costs more than small batches' work.
+        const uint32_t helpers = std::min<uint32_t>(idle_, job->chunks - 1);
+        open_.push_back(std::move(job));
+        for (uint32_t i = 0; i < helpers; ++i) cv_.notify_one();
+      }
       continue;
     }
+    idle_++;
     cv_.wait(lock);
+    idle_--;
   }
 }
 
@@ -157,7 +168,9 @@ uint32_t Assembly::ChunkSize(uint64_t count) const {
   const bool decode = !config_.options->decode.field.empty();
   uint64_t size =
       (count + config_.threads * kChunksPerWorker - 1) / (config_.threads * kChunksPerWorker);
-  if (!decode) size = std::max(size, kMinChunkBytes / mean);
+  // Copies from memory are cheap per sample; reads (a system call each, maybe
+  // a wait on the device) and decodes are not.
+  if (!decode && !config_.sample_reads) size = std::max(size, kMinChunkBytes / mean);
   return uint32_t(std::clamp<uint64_t>(size, 1, count));
 }
 

@@ -83,6 +83,7 @@ class Assembly {
   std::condition_variable cv_;
   bool stop_ = false;
   bool opening_ = false;                   // a worker is opening batch next_open_ - 1
+  uint32_t idle_ = 0;                      // workers waiting on cv_
   uint64_t next_open_ = 0;                 // next batch to open
   uint64_t limit_ = 0;                     // batches below it may be opened
   std::deque<std::shared_ptr<Job>> open_;  // opened, chunks left to claim
