@@ -133,8 +133,9 @@ std::shared_ptr<Assembly::Job> Assembly::NextJob() {
 // (a shard failed) is completed here with the shard's error. Null when
 // stopped or completed.
 std::shared_ptr<Assembly::Job> Assembly::Open(uint64_t b) {
-  Status st = source_.WaitForBatch(b);
-  if (st.code() == Code::kCancelled) return nullptr;
+  bool stopped = false;
+  Status st = source_.WaitForBatch(b, &stopped);
+  if (stopped) return nullptr;
   auto job = std::make_shared<Job>();
   uint64_t count;
   plan_.BatchRange(b, &job->first, &count);

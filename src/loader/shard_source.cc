@@ -26,7 +26,7 @@ void ShardSource::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Status ShardSource::WaitForBatch(uint64_t b) {
+Status ShardSource::WaitForBatch(uint64_t b, bool* stopped) {
   const auto& uses = schedule_.batch_uses[b];
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] {
@@ -36,6 +36,7 @@ Status ShardSource::WaitForBatch(uint64_t b) {
     }
     return true;
   });
+  *stopped = stop_;
   if (stop_) return Cancelled("the epoch was stopped");
   for (uint32_t u : uses) {
     if (state_[u].state == State::kFailed) return state_[u].error;

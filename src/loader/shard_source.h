@@ -60,8 +60,8 @@ class ShardSource {
   void Stop();
 
   // Blocks until every shard batch `b` uses is in memory (OK), or one of them
-  // failed (its error), or Stop (Cancelled).
-  Status WaitForBatch(uint64_t b);
+  // failed (its error), or Stop (*stopped set, Cancelled).
+  Status WaitForBatch(uint64_t b, bool* stopped);
   // Batch `b` is built: its shards' slots go back once no batch needs them.
   void BatchBuilt(uint64_t b);
   // Per-sample reads: batches below `limit` may now be built (indexes are
