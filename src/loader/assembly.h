@@ -50,7 +50,7 @@ struct AssemblyConfig {
   uint64_t batch_offset = 0;  // Batch::index of the plan's batch 0
 };
 
-class Assembly {
+class Assembly final {
  public:
   Assembly(AssemblyConfig config, const EpochPlan& plan, const Schedule& schedule,
            ShardSource& source, OrderedQueue<Result<Batch>>& out);

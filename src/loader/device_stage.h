@@ -17,7 +17,7 @@
 
 namespace stoker {
 
-class DeviceStage {
+class DeviceStage final {
  public:
   DeviceStage(gpu::Stager& stager, int device, OrderedQueue<Result<Batch>>& built,
               uint64_t num_batches, uint32_t capacity)

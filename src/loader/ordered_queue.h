@@ -19,7 +19,7 @@
 namespace stoker {
 
 template <typename T>
-class OrderedQueue {
+class OrderedQueue final {
  public:
   explicit OrderedQueue(size_t capacity) : ring_(capacity) {}
 

@@ -50,7 +50,7 @@ struct ShardSourceConfig {
   std::vector<int> column_fields;
 };
 
-class ShardSource {
+class ShardSource final {
  public:
   ShardSource(ShardSourceConfig config, const Schedule& schedule);
   ~ShardSource() { Stop(); }

@@ -68,12 +68,17 @@ class RetryingReadQueue final : public ReadQueue {
 
   Status Submit(std::span<const ReadRequest> requests) override {
     std::vector<ReadRequest> own(requests.begin(), requests.end());
+    const uint64_t first_id = next_id_;
     for (auto& r : own) {
       const uint64_t id = next_id_++;
       pending_.emplace(id, Pending{r, 0, Clock::now()});
       r.tag = id;
     }
-    return inner_->Submit(own);
+    Status st = inner_->Submit(own);
+    if (!st.ok()) {
+      for (uint64_t id = first_id; id < next_id_; ++id) pending_.erase(id);
+    }
+    return st;
   }
 
   Result<size_t> Wait(size_t min_completions, Deadline deadline,
