@@ -318,8 +318,9 @@ class Loader:
         naming what it needs.
       prefetch: batches built ahead of the consumer.
       shuffle_window: shards whose samples are mixed together.
-      read_retries, read_timeout: a shard read that fails with a retryable
-        error is tried again this many times; one read's deadline (seconds).
+      read_retries, read_timeout: a read that fails with a retryable error
+        is tried again this many times (0: never); one read's deadline
+        (seconds), retries included.
       direct_io: read shards with O_DIRECT (local files).
       read_unit: "auto" (default), "shard" or "sample". "shard" reads each
         shard whole and copies its records into batches; "sample" reads only
@@ -548,7 +549,9 @@ class Loader:
     def stats(self):
         """Counters: shards_read, bytes_read, samples_delivered, batches_delivered,
         read_retries, wait_seconds (time spent blocked waiting for a batch),
-        peak_buffer_bytes; with a device also h2d_bytes, h2d_seconds (copy
+        peak_buffer_bytes, decode_skipped (corrupt images zero-filled with
+        skip_corrupt), shared_batches (batches built by more than one
+        worker); with a device also h2d_bytes, h2d_seconds (copy
         engine busy time), device_bytes, peak_device_bytes, pinned_bytes."""
         return self._impl.stats()
 
