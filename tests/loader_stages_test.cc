@@ -137,10 +137,9 @@ TEST(LoaderStagesTest, PoolMemoryDoesNotGrowFromEpochToEpoch) {
     EXPECT_EQ(ReadChecked(**l, p).size(), 600u);
     if (epoch == 1) after_second = (*l)->stats().peak_buffer_bytes;
   }
-  // Batch sizes vary with their samples; the pool keeps its largest blocks
-  // (in size classes) instead of dropping them and allocating new ones each
-  // epoch. Which batches are in flight at once depends on timing, so the
-  // peak may still take one more block: never one per epoch.
+  // Batch sizes vary with their samples; the pool reuses its blocks. Which
+  // batches are in flight at once depends on timing, so the peak may still
+  // take one more block: never one per epoch.
   const uint64_t one_batch = 32 * (12000 + 8) + 4096;
   EXPECT_LE((*l)->stats().peak_buffer_bytes, after_second + one_batch + one_batch / 4);
 }

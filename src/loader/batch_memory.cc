@@ -56,10 +56,8 @@ std::shared_ptr<BatchMemory> BufferPool::Get(size_t bytes) {
       block = std::move(free_[best]);
       free_.erase(free_.begin() + static_cast<ptrdiff_t>(best));
     } else if (!free_.empty()) {
-      // None fits: drop the smallest free one so the total stays bounded.
-      // Keeping the largest makes the blocks converge on the largest batch
-      // (dropping the largest, as before, left every epoch a few blocks to
-      // allocate and fault in again, and the pool's total creeping).
+      // None fits: drop the smallest free one so the total stays bounded;
+      // keeping the largest makes the blocks settle on the largest batch.
       size_t smallest = 0;
       for (size_t i = 1; i < free_.size(); ++i) {
         if (free_[i]->capacity() < free_[smallest]->capacity()) smallest = i;
