@@ -398,6 +398,51 @@ TEST(RetryingStoreTest, LoaderOverAFlakyStoreDeliversEverythingAndCountsRetries)
   }
 }
 
+// Whole-shard reads that never complete: a cluster that stopped answering.
+class HungQueue final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions&) override {
+    return std::unique_ptr<ReadQueue>(std::make_unique<Queue>());
+  }
+
+ private:
+  struct Queue final : ReadQueue {
+    Status Submit(std::span<const ReadRequest> r) override {
+      outstanding += r.size();
+      return Status::Ok();
+    }
+    Result<size_t> Wait(size_t, Deadline d, std::vector<ReadCompletion>*) override {
+      std::this_thread::sleep_until(std::min(d, Clock::now() + std::chrono::milliseconds(20)));
+      return TimedOut("nothing landed");
+    }
+    size_t Outstanding() const override { return outstanding; }
+    size_t outstanding = 0;
+  };
+};
+
+TEST(LoaderStagesTest, HungShardReadsAreATimeoutNamingTheShardNotAHang) {
+  Packed p(40, 1000, 2000, 16 << 10);
+  LoaderOptions o = Small(8);
+  o.read_unit = "shard";
+  o.threads = 4;
+  o.read_timeout = std::chrono::milliseconds(300);
+  auto l = Loader::Open(std::make_shared<HungQueue>(*OpenStore(p.uri)), o);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const auto start = Clock::now();
+  auto b = (*l)->Next();
+  const auto waited = Clock::now() - start;
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kTimedOut) << b.status().ToString();
+  EXPECT_NE(b.status().message().find(p.uri + "/shards/"), std::string::npos)
+      << b.status().ToString();
+  EXPECT_NE(b.status().message().find("did not complete within 300 ms"), std::string::npos)
+      << b.status().ToString();
+  EXPECT_LT(waited, std::chrono::seconds(3));
+  // The loader stays failed, and closes cleanly.
+  EXPECT_EQ((*l)->Next().status().code(), Code::kTimedOut);
+}
+
 #ifdef STOKER_HAVE_TURBOJPEG
 TEST(LoaderStagesTest, CorruptImagesAreSkippedAndCountedWhenAsked) {
   Packed p(40, 100, 200, 16 << 10);  // random bytes: no sample is a JPEG
