@@ -44,16 +44,17 @@ def make_dataset(root, samples, sample_bytes):
 
 
 def epoch_rate(uri, batch, threads):
+    """(samples/s of wall time, samples per CPU second of the whole process)."""
     loader = stoker.Loader(uri, batch, threads=threads)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     n = 0
     for b in loader:
         n += len(b["sample_ids"])
         if stoker.metrics._stoker._timeline_active():
             stoker.metrics.step()
-    dt = time.perf_counter() - t
+    dt, dc = time.perf_counter() - t, time.process_time() - c
     loader.close()
-    return n / dt
+    return n / dt, n / dc
 
 
 CHILD = r"""
@@ -96,19 +97,37 @@ def main():
         mdir = os.path.join(work, "metrics")
         epoch_rate(uri, args.batch, args.threads)  # warm the page cache and the allocator
         off, on = [], []
-        for _ in range(args.rounds):
-            off.append(epoch_rate(uri, args.batch, args.threads))
+
+        def metered():
             stoker.metrics.enable(dir=mdir, job="bench")
             stoker.metrics.start()
-            on.append(epoch_rate(uri, args.batch, args.threads))
+            r = epoch_rate(uri, args.batch, args.threads)
             stoker.metrics.stop()
             stoker.metrics.disable()
-        result = {"samples_per_s_off": off, "samples_per_s_on": on,
-                  "median_off": statistics.median(off), "median_on": statistics.median(on)}
+            return r
+
+        for i in range(args.rounds):
+            # Who goes first alternates, so that a drift in the machine's load
+            # favours neither.
+            if i % 2 == 0:
+                off.append(epoch_rate(uri, args.batch, args.threads))
+                on.append(metered())
+            else:
+                on.append(metered())
+                off.append(epoch_rate(uri, args.batch, args.threads))
+        med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+        result = {"samples_per_s_off": [x[0] for x in off], "samples_per_s_on": [x[0] for x in on],
+                  "samples_per_cpu_s_off": [x[1] for x in off],
+                  "samples_per_cpu_s_on": [x[1] for x in on],
+                  "median_off": med(off, 0), "median_on": med(on, 0),
+                  "median_cpu_off": med(off, 1), "median_cpu_on": med(on, 1)}
         result["ratio_on_off"] = result["median_on"] / result["median_off"]
+        result["cpu_ratio_on_off"] = result["median_cpu_on"] / result["median_cpu_off"]
         print(f"loader, {args.samples} samples of {args.sample_bytes} B, batch {args.batch}: "
               f"off {result['median_off']:.0f} samples/s, on {result['median_on']:.0f} "
-              f"samples/s (medians of {args.rounds}): on/off = {result['ratio_on_off']:.3f}")
+              f"samples/s (medians of {args.rounds}): on/off = {result['ratio_on_off']:.3f}; "
+              f"per CPU second: off {result['median_cpu_off']:.0f}, on "
+              f"{result['median_cpu_on']:.0f}: on/off = {result['cpu_ratio_on_off']:.3f}")
 
         port = free_port()
         exporter = subprocess.Popen([args.stoker, "exporter", "--listen", f"127.0.0.1:{port}",

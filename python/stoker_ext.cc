@@ -905,11 +905,13 @@ void RegisterMetrics(py::module_& m) {
   m.def("_checkpoint_stall", &sm::RecordCheckpointStall, py::arg("seconds"));
   m.def("_checkpoint_end", &sm::RecordCheckpointEnd, py::arg("ok"), py::arg("bytes"),
         py::arg("seconds"));
-  m.def("_timeline_start", [](std::string log) { Check(sm::StepTimeline::Get().Start(log)); },
-        py::arg("log"));
+  m.def(
+      "_timeline_start", [](std::string log) { Check(sm::StepTimeline::Get().Start(log)); },
+      py::arg("log"));
   m.def("_timeline_stop", [] { sm::StepTimeline::Get().Stop(); });
   m.def("_timeline_active", [] { return sm::StepTimeline::Get().active(); });
-  m.def("_timeline_set_gpu", [](int i) { sm::StepTimeline::Get().SetGpu(i); }, py::arg("index"));
+  m.def(
+      "_timeline_set_gpu", [](int i) { sm::StepTimeline::Get().SetGpu(i); }, py::arg("index"));
   // Intervals in time.monotonic_ns() (CLOCK_MONOTONIC, steady_clock's clock).
   m.def(
       "_timeline_add",
@@ -924,7 +926,8 @@ void RegisterMetrics(py::module_& m) {
     py::dict d;
     d["step"] = r.step;
     d["seconds"] = r.seconds;
-    for (int p = 0; p < sm::kPhases; ++p) d[py::str(std::string(sm::PhaseName(sm::Phase(p))))] = r.phase[p];
+    for (int p = 0; p < sm::kPhases; ++p)
+      d[py::str(std::string(sm::PhaseName(sm::Phase(p))))] = r.phase[p];
     d["other"] = r.other;
     d["samples"] = r.samples;
     d["bytes"] = r.bytes;
@@ -939,9 +942,9 @@ void RegisterMetrics(py::module_& m) {
     for (int p = 0; p < sm::kPhases; ++p) l.append(std::string(sm::PhaseName(sm::Phase(p))));
     return l;
   });
-  m.def("_write_report", [](std::string log, std::string out) {
-    Check(sm::WriteReport(log, out));
-  }, py::arg("run_log"), py::arg("html_path"));
+  m.def(
+      "_write_report", [](std::string log, std::string out) { Check(sm::WriteReport(log, out)); },
+      py::arg("run_log"), py::arg("html_path"));
 }
 
 }  // namespace stoker::python

@@ -227,7 +227,7 @@ TEST(MetricsTest, ExporterServesLiveProcessesDropsDeadOnesAndSays404) {
   // A live process (this one), a second file of the same job and rank (a
   // child still running), and one of a process that is gone.
   const std::string live =
-      "# stoker job=\"j\" rank=\"0\"\n# TYPE a_total counter\n"
+      "# stoker job=\"j\" rank=\"0\"\n# HELP a_total A.\n# TYPE a_total counter\n"
       "a_total{job=\"j\",rank=\"0\"} 7\n";
   std::ofstream(dir.path() / (std::to_string(getpid()) + ".prom")) << live;
   const pid_t sleeper = fork();

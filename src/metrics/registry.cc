@@ -193,7 +193,11 @@ std::vector<MetricFamily> Registry::Collect() {
                                             {"pool", s->pool}};
       f.Counter("stoker_store_operations_total", "Store operations, failed ones included.",
                 double(s->ops[op].load(std::memory_order_relaxed)), l);
-      f.Hist("stoker_store_operation_seconds", "Latency of store operations.", *s->seconds[op], l);
+      // Latency only of operations that happened: a histogram is 21 series.
+      if (s->ops[op].load(std::memory_order_relaxed) > 0) {
+        f.Hist("stoker_store_operation_seconds", "Latency of store operations.", *s->seconds[op],
+               l);
+      }
       for (int code = 1; code < kCodes; ++code) {
         // Only codes that happened: 13 series per operation would be most of
         // a node's budget.

@@ -87,7 +87,7 @@ std::string Plot(const std::string& id, const std::string& title, const std::str
   for (int g = 0; g <= 4; ++g) {
     const double v = ymax * g / 4;
     o << "<text x=\"" << L - 4 << "\" y=\"" << Y(v) + 4
-      << "\" font-size=\"10\" text-anchor=\"end\">" << Fmt(v) << "</text>";
+      << "\" font-size=\"10\" text-anchor=\"end\">" << Fmt(v, 4) << "</text>";
     o << "<line x1=\"" << L << "\" y1=\"" << Y(v) << "\" x2=\"" << W - R << "\" y2=\"" << Y(v)
       << "\" stroke=\"#eee\"/>\n";
   }

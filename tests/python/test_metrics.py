@@ -72,7 +72,8 @@ def test_fashion_mnist_breakdown_sums_to_the_measured_step_time(tmp_path):
     assert len(steps) == 60
     assert sum(s["checkpoint"] for s in steps) > 0  # the saves' stalls
     assert sum(s["data"] for s in steps) > 0
-    assert all(s["samples"] == 64 for s in steps[:-1])
+    # 2000 images in batches of 64: every step 64 samples but the epoch's last (16).
+    assert sorted(s["samples"] for s in steps)[1:] == [64] * 59
 
 
 def chromium(*args):
