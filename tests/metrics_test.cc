@@ -242,6 +242,8 @@ TEST(MetricsTest, ExporterServesLiveProcessesDropsDeadOnesAndSays404) {
   const fs::path dead_file = dir.path() / (std::to_string(dead) + ".prom");
   std::ofstream(dead_file) << "# stoker job=\"j\" rank=\"1\"\n# TYPE a_total counter\n"
                               "a_total{job=\"j\",rank=\"1\"} 9\n";
+  // Written 10 s ago: a live process would have rewritten it since.
+  fs::last_write_time(dead_file, fs::file_time_type::clock::now() - 10s);
 
   metrics::ExporterOptions o;
   o.listen = "127.0.0.1:0";

@@ -21,7 +21,7 @@
 // DIR/<pid>.prom, DIR being /dev/shm/stoker-metrics by default. `stoker
 // exporter` serves the files of the live processes of the node, merged; a
 // file whose process is gone is removed by the exporter (docs/architecture.md
-// says why files and not sockets).
+// says why files and not sockets). A child of fork() publishes nothing.
 //
 // Names follow Prometheus's conventions: prefix stoker_, base units
 // (_seconds, _bytes), counters end in _total; labels are of bounded
@@ -80,7 +80,9 @@ struct Options {
   // /dev/shm/stoker-metrics (memory, per node, visible to the exporter).
   std::string dir;
   // How often the file is rewritten. Default: 1 s (Prometheus scrapes every
-  // 15 s by default; a file is at most this old when read).
+  // 15 s by default; a file is at most this old when read). Keep it under
+  // 3 s: the exporter takes a file of a pid it cannot see that is older than
+  // that, and any file older than 60 s, for a process that is gone.
   std::chrono::milliseconds interval{1000};
   // The `job` label. Default: $STOKER_JOB, else $SLURM_JOB_ID, else
   // $TORCHELASTIC_RUN_ID, else "stoker".

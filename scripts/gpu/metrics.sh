@@ -8,8 +8,10 @@
 # Starts the exporter on a loopback port, loads the GPUs for a few seconds
 # with torch (when present), scrapes, and checks that every GPU series
 # exists for every GPU; prints the scrape's latency and series count, the
-# exporter's warnings (XID events unsupported, say) and the GPU lines.
-# Exit 0 when every required series is there. Output also in $OUT (if set).
+# exporter's warnings (XID events unsupported, say) and the GPU lines; then,
+# where the Python binding is built, bench/metrics_bench.py (loader with
+# metrics on vs off, a scrape of 8 processes). Exit 0 when every required
+# GPU series is there. Output also in $OUT (if set).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${STOKER:-.gpu-carry/bin/stoker}
@@ -17,7 +19,10 @@ bin=${STOKER:-.gpu-carry/bin/stoker}
 export LD_LIBRARY_PATH=$PWD/.gpu-carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 work=$(mktemp -d)
 port=${STOKER_EXPORTER_PORT:-19478}
-"$bin" exporter --listen "127.0.0.1:$port" --dir "$work/m" --watch /tmp >"$work/exporter.log" 2>&1 &
+# STOKER_NVML: another NVML (e.g. build/tests/libfake_nvml.so, to try this
+# script where there is no GPU).
+"$bin" exporter --listen "127.0.0.1:$port" --dir "$work/m" --watch /tmp \
+  ${STOKER_NVML:+--nvml "$STOKER_NVML"} >"$work/exporter.log" 2>&1 &
 exporter=$!
 trap 'kill $exporter 2>/dev/null; wait $exporter 2>/dev/null' EXIT
 sleep 1
@@ -68,5 +73,15 @@ sys.exit(1 if missing or not gpus else 0)
 PY
 rc=${PIPESTATUS[0]}
 echo "exporter's messages:"; cat "$work/exporter.log"
-[[ -n ${OUT:-} ]] && cp "$work/summary.txt" "$work/exporter.log" "$OUT/" 2>/dev/null
+kill $exporter 2>/dev/null
+# The metrics' overhead on the loader, on this quieter and larger machine,
+# when the Python binding is there (scripts/gpu-check.sh run builds it in
+# /tmp/stoker-py).
+if [[ -f /tmp/stoker-py/stoker/__init__.py ]]; then
+  PYTHONPATH=/tmp/stoker-py timeout 900 python3 bench/metrics_bench.py --stoker "$bin" \
+    --samples 40000 --rounds 9 --json "$work/metrics_bench.json" | tee -a "$work/summary.txt"
+else
+  echo "metrics bench: no /tmp/stoker-py (run scripts/gpu-check.sh run first)" | tee -a "$work/summary.txt"
+fi
+[[ -n ${OUT:-} ]] && cp "$work"/summary.txt "$work"/exporter.log "$work"/*.json "$OUT/" 2>/dev/null
 exit "$rc"

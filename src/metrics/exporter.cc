@@ -232,9 +232,8 @@ class ExporterImpl final : public Exporter {
       for (const auto& name : names) {
         const std::string path = o_.dir + "/" + name;
         const long pid = std::strtol(name.c_str(), nullptr, 10);
-        // A process that is gone: its series go with it.
-        if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) {
-          ::unlink(path.c_str());
+        if (Gone(path, pid)) {
+          ::unlink(path.c_str());  // fails in another user's sticky folder: skipped anyway
           continue;
         }
         const std::string text = ReadFile(path);
@@ -253,6 +252,20 @@ class ExporterImpl final : public Exporter {
   }
 
  private:
+  // A process that is gone: its series go with it. No such pid, and a file
+  // not rewritten for a few seconds (a process in another pid namespace, a
+  // container, is not visible by its number, but its file stays fresh); or a
+  // file not rewritten for a minute, whatever the pid (a stopped process).
+  static bool Gone(const std::string& path, long pid) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return true;
+    const double age = double(::time(nullptr) - st.st_mtime);
+    if (age > kStaleSeconds) return true;
+    return pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH && age > kGoneSeconds;
+  }
+  // A live process rewrites its file every second (Options::interval).
+  static constexpr double kGoneSeconds = 3, kStaleSeconds = 60;
+
   std::string Node(uint64_t processes) {
     Families f;
     f.Gauge("stoker_exporter_processes", "stoker processes publishing metrics on this node.",

@@ -80,6 +80,7 @@ class Publisher {
   ~Publisher() { Stop(); }
 
   Status Start(const Options& o) {
+    if (Forked()) return Status::Ok();
     std::lock_guard lock(mu_);
     if (running_) return Status::Ok();
     dir_ = o.dir.empty() ? DefaultDir() : o.dir;
@@ -97,12 +98,21 @@ class Publisher {
     if (!s.ok()) return s.WithContext("stoker metrics: cannot publish in " + dir_);
     running_ = true;
     enabled_.store(true);
-    thread_ = std::thread([this] { Loop(); });
+    pid_.store(::getpid());
+    thread_ = std::make_unique<std::thread>([this] { Loop(); });
     return Status::Ok();
   }
 
   void Stop() {
-    std::thread t;
+    if (Forked()) {
+      // A child of fork() has the parent's state but not its thread (and
+      // maybe a mutex the thread held): it publishes nothing, and must not
+      // join or lock. The parent's file is the parent's.
+      enabled_.store(false);
+      (void)thread_.release();
+      return;
+    }
+    std::unique_ptr<std::thread> t;
     {
       std::lock_guard lock(mu_);
       if (!running_) return;
@@ -111,17 +121,23 @@ class Publisher {
       t = std::move(thread_);
     }
     cv_.notify_all();
-    if (t.joinable()) t.join();
+    if (t && t->joinable()) t->join();
     ::unlink((dir_ + "/" + name_).c_str());
   }
 
-  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed) && !Forked(); }
   std::string path() {
+    if (Forked()) return "";
     std::lock_guard lock(mu_);
     return running_ ? dir_ + "/" + name_ : "";
   }
 
  private:
+  bool Forked() const {
+    const pid_t p = pid_.load(std::memory_order_relaxed);
+    return p != 0 && p != ::getpid();
+  }
+
   Status Write() {
     // The first line names the process's labels, so that the exporter can
     // tell two processes with the same job and rank apart.
@@ -144,7 +160,8 @@ class Publisher {
   std::condition_variable cv_;
   bool running_ = false;
   std::atomic<bool> enabled_{false};
-  std::thread thread_;
+  std::atomic<pid_t> pid_{0};  // the process that started the thread
+  std::unique_ptr<std::thread> thread_;
   std::string dir_, name_;
   std::vector<std::pair<std::string, std::string>> labels_;
   std::chrono::milliseconds interval_{1000};
