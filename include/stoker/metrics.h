@@ -27,8 +27,9 @@
 // (_seconds, _bytes), counters end in _total; labels are of bounded
 // cardinality (never a shard, sample or object name).
 //
-// Thread safety: every function and class here is safe for concurrent use,
-// except StepTimeline::Mark, which one thread (the training loop) calls.
+// Thread safety: every function and class here is safe for concurrent use.
+// Nothing on a hot path (a store read, a loader's Next, a timeline interval)
+// takes a lock: counters and histograms are relaxed atomics.
 #pragma once
 
 #include <array>
@@ -182,6 +183,7 @@ class StepTimeline {
   void Stop();
   bool active() const { return active_.load(std::memory_order_relaxed); }
   // Adds an interval of a phase, in steady-clock time. Ignored when inactive.
+  // Lock-free, from any thread.
   void Add(Phase phase, Clock::time_point begin, Clock::time_point end);
   // Samples and bytes delivered to the step (metered loaders call this).
   void AddDelivered(uint64_t samples, uint64_t bytes);

@@ -37,8 +37,43 @@ struct StepTimeline::Impl {
     Phase phase;
     Clock::time_point begin, end;
   };
-  std::mutex mu;
+  // Intervals come in through a ring that any thread adds to without a lock
+  // (a metered loader's Next, the DDP hook's callbacks); Mark drains it.
+  // A producer claims a slot with fetch_add and publishes it by writing the
+  // slot's sequence number last; a slot overwritten before Mark drains it
+  // (more than kRing intervals in one step) is dropped.
+  static constexpr uint64_t kRing = 1024;
+  struct Slot {
+    std::atomic<uint64_t> seq{0};  // claim index + 1 once written
+    std::atomic<int> phase{0};
+    std::atomic<int64_t> begin{0}, end{0};
+  };
+  std::unique_ptr<Slot[]> ring = std::make_unique<Slot[]>(kRing);
+  std::atomic<uint64_t> head{0};
+  uint64_t tail = 0;  // under mu
+
+  std::mutex mu;  // Start, Stop, Mark, SetGpu, Totals: the training loop's calls
   std::vector<Interval> intervals;
+
+  void Drain() {
+    const uint64_t h = head.load(std::memory_order_acquire);
+    for (uint64_t i = tail; i < h; ++i) {
+      Slot& slot = ring[i % kRing];
+      // A producer between its claim and its publication: a few instructions.
+      uint64_t seq;
+      for (int spin = 0; (seq = slot.seq.load(std::memory_order_acquire)) < i + 1; ++spin) {
+        if (spin > 1000) break;
+      }
+      if (seq != i + 1) continue;  // not written yet, or overwritten by a later one
+      const Interval iv{
+          Phase(slot.phase.load(std::memory_order_relaxed)),
+          Clock::time_point(Clock::duration(slot.begin.load(std::memory_order_relaxed))),
+          Clock::time_point(Clock::duration(slot.end.load(std::memory_order_relaxed)))};
+      if (slot.seq.load(std::memory_order_acquire) != seq) continue;  // overwritten meanwhile
+      intervals.push_back(iv);
+    }
+    tail = h;
+  }
   Clock::time_point step_begin;
   double step_begin_wall = 0;
   uint64_t step = 0;
@@ -68,6 +103,7 @@ Status StepTimeline::Start(const std::string& run_log) {
   std::lock_guard lock(impl_->mu);
   Impl& t = *impl_;
   t.intervals.clear();
+  t.tail = t.head.load(std::memory_order_acquire);
   t.step = 0;
   t.samples = 0;
   t.bytes = 0;
@@ -89,8 +125,13 @@ void StepTimeline::Stop() {
 
 void StepTimeline::Add(Phase phase, Clock::time_point begin, Clock::time_point end) {
   if (!active() || end <= begin) return;
-  std::lock_guard lock(impl_->mu);
-  impl_->intervals.push_back({phase, begin, end});
+  Impl& t = *impl_;
+  const uint64_t i = t.head.fetch_add(1, std::memory_order_relaxed);
+  Impl::Slot& slot = t.ring[i % Impl::kRing];
+  slot.phase.store(static_cast<int>(phase), std::memory_order_relaxed);
+  slot.begin.store(begin.time_since_epoch().count(), std::memory_order_relaxed);
+  slot.end.store(end.time_since_epoch().count(), std::memory_order_relaxed);
+  slot.seq.store(i + 1, std::memory_order_release);
 }
 
 void StepTimeline::AddDelivered(uint64_t samples, uint64_t bytes) {
@@ -115,6 +156,7 @@ StepRecord StepTimeline::Mark() {
   const auto end = Clock::now();
   const double h2d_now = Registry::Get().H2dSecondsNow();
   std::lock_guard lock(t.mu);
+  t.Drain();
   rec.step = ++t.step;
   rec.start = t.step_begin_wall;
   rec.seconds = Sec(end - t.step_begin);
