@@ -122,3 +122,50 @@ def test_report_renders_in_chromium_with_every_plot_and_no_console_error(tmp_pat
     r = subprocess.run([STOKER, "report", str(log)], capture_output=True, text=True,
                        cwd=tmp_path)
     assert r.returncode != 0 and f"{log}:301" in r.stderr, r.stderr
+
+
+DDP_CHILD = r"""
+import os, sys, json
+import torch, torch.distributed as dist, torch.nn as nn
+import stoker
+
+def run(rank, world, init):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    torch.manual_seed(0)
+    plain = nn.Linear(64, 64)
+    timed = nn.Linear(64, 64)
+    timed.load_state_dict(plain.state_dict())
+    plain = nn.parallel.DistributedDataParallel(plain)
+    timed = nn.parallel.DistributedDataParallel(timed)
+    timed.register_comm_hook(None, stoker.timed_allreduce_hook)
+    x = torch.randn(32, 64) * (rank + 1)  # the ranks' gradients differ
+    stoker.metrics.start()
+    comm = 0.0
+    for _ in range(3):
+        with stoker.phase("compute"):
+            timed(x).pow(2).sum().backward()
+        comm += stoker.metrics.step()["comm"]
+    for _ in range(3):
+        plain(x).pow(2).sum().backward()
+    same = all(torch.allclose(a.grad, b.grad) for a, b in zip(plain.parameters(), timed.parameters()))
+    line = json.dumps({"rank": rank, "comm": comm, "same": same}) + "\n"
+    os.write(1, line.encode())  # one write: the two ranks' lines do not mix
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+    mp.spawn(run, args=(2, "file://" + sys.argv[1]), nprocs=2)
+"""
+
+
+def test_timed_allreduce_hook_averages_like_ddp_and_times_comm(tmp_path):
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_CHILD)
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "rendezvous")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert len(results) == 2, r.stdout
+    for res in results:
+        assert res["same"], res  # the same gradients as DDP's own all-reduce
+        assert res["comm"] > 0, res
