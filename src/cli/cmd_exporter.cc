@@ -41,6 +41,12 @@ void RegisterExporter(CLI::App& app, Action* action) {
       if (!e.ok()) return Fail(e.status());
       for (const auto& w : (*e)->warnings())
         std::fprintf(stderr, "stoker exporter: %s\n", w.c_str());
+      if (!o->listen.starts_with("127.") && !o->listen.starts_with("localhost:")) {
+        std::fprintf(stderr,
+                     "stoker exporter: %s is reachable from other hosts: firewall it to the "
+                     "Prometheus server (docs/architecture.md, Metrics)\n",
+                     o->listen.c_str());
+      }
       g_exporter = e->get();
       std::signal(SIGINT, OnSignal);
       std::signal(SIGTERM, OnSignal);
