@@ -188,6 +188,12 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
             assert prom.value('stoker_gpu_utilization_ratio{gpu="1"}') == 0.5
             assert prom.value('stoker_gpu_clocks_throttled{gpu="0",reason="sw_power_cap"}') == 1
 
+        # The whole scrape (a process, the node, the GPUs) is clean Prometheus text.
+        if shutil.which("promtool"):
+            r = subprocess.run(["promtool", "check", "metrics"], capture_output=True, text=True,
+                               input=get(f"http://127.0.0.1:{exporter_port}/metrics"))
+            assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+
         # Unknown path: 404.
         with pytest.raises(urllib.error.HTTPError) as e:
             get(f"http://127.0.0.1:{exporter_port}/nope")
