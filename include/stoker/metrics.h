@@ -203,8 +203,8 @@ class StepTimeline {
 
 // ---- a report -----------------------------------------------------------------
 
-// Reads a run log (StepTimeline's JSON lines; a file or several ranks' files
-// concatenated) and writes one self-contained HTML page: plots as inline SVG
+// Reads a run log (StepTimeline's JSON lines, one rank's: each rank keeps
+// its own) and writes one self-contained HTML page: plots as inline SVG
 // (stacked step breakdown, throughput, data-wait share, GPU utilisation
 // against data wait when recorded, checkpoint stalls) and a summary table.
 // A malformed line is InvalidArgument naming the file and line.

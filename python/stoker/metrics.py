@@ -63,8 +63,9 @@ def exposition():
 
 def start(run_log=None, gpu=None):
     """Starts timing steps; the first begins now. With `run_log`, each step is
-    appended to it as a JSON line (for `stoker report`). `gpu`: an NVML
-    device index whose utilisation each step records."""
+    appended to it as a JSON line (for `stoker report`; one file per rank,
+    e.g. f"run-{rank}.jsonl"). `gpu`: an NVML device index whose utilisation
+    each step records. Starting again begins afresh."""
     _pending_events.clear()
     _stoker._timeline_start(os.fspath(run_log) if run_log else "")
     if gpu is not None:
