@@ -6,14 +6,16 @@
 set -euo pipefail
 
 core=(build-essential cmake pkg-config git
-  libxxhash-dev nlohmann-json3-dev libcli11-dev liburing-dev libturbojpeg0-dev libjpeg-dev
-  prometheus-cpp-dev)
+  libxxhash-dev nlohmann-json3-dev libcli11-dev liburing-dev libturbojpeg0-dev libjpeg-dev)
 full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
   ceph-mon ceph-osd ceph-common librados-dev ceph-mds ceph-fuse
   pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch python3-torchvision
   libopenmpi-dev openmpi-bin
-  dataset-fashion-mnist procps e2fsprogs mount
-  prometheus chromium)
+  dataset-fashion-mnist procps e2fsprogs mount)
+# Metrics: prometheus-cpp renders the text format (core); the tests run a real
+# Prometheus and render the report in headless Chromium.
+core+=(prometheus-cpp-dev)
+full+=(prometheus chromium)
 
 pkgs=("${core[@]}")
 if [[ "${1:-}" == "--all" ]]; then pkgs+=("${full[@]}"); fi
