@@ -57,13 +57,16 @@ struct DecodeOptions {
   bool normalize = false;
   float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet's, as torchvision's docs use
   float std[3] = {0.229f, 0.224f, 0.225f};
-  // Element type of the output. kUInt8 cannot be normalized. Default: kUInt8.
+  // Element type of the output. kUInt8 cannot be normalized; float32 and
+  // float16 without normalize hold x / 255 (torchvision's ToTensor).
+  // float16 is float32's value rounded to nearest even. Default: kUInt8.
   ImageDType dtype = ImageDType::kUInt8;
   // Default: kNHWC (uint8 HWC as decoded).
   ImageLayout layout = ImageLayout::kNHWC;
   // A sample that is not a decodable JPEG: by default the batch fails with
   // Corruption naming the dataset, shard and sample; with this on, its
   // image is zero-filled, and the loader counts it (LoaderStats). Default: off.
+  // (DecodeSample zero-fills the output of every sample it fails on.)
   bool skip_corrupt = false;
 };
 
@@ -82,6 +85,17 @@ struct SampleKey {
   uint64_t sample_id = 0;  // global id in the dataset
 };
 
+// The crop box (source pixels: rows [top, top + height), columns [left,
+// left + width); fractional for kCenter) and flip DecodeSample applies to a
+// sample whose image is image_h x image_w. For tests and for looking at what
+// a sample got.
+struct SampleCrop {
+  double top = 0, left = 0, height = 0, width = 0;
+  bool flip = false;
+};
+SampleCrop SampleCropFor(const DecodeOptions& o, uint32_t image_h, uint32_t image_w,
+                         const SampleKey& key);
+
 // Per-thread reusable memory of DecodeSample (decoder handle, pixels).
 class DecodeScratch {
  public:
@@ -98,8 +112,9 @@ class DecodeScratch {
 
 // Decodes `jpeg` and applies `o` into `out` (DecodedSampleBytes(o) bytes;
 // layout HWC or CHW of one sample). Corruption when the data is not a
-// decodable JPEG (the caller adds which sample); Unsupported when built
-// without libturbojpeg.
+// decodable JPEG, a truncated one included (the caller adds which sample);
+// Unsupported when built without libjpeg-turbo. Grayscale, CMYK (read with
+// Adobe's inverted polarity, as PIL does) and progressive JPEGs give RGB.
 Status DecodeSample(const DecodeOptions& o, std::span<const std::byte> jpeg, const SampleKey& key,
                     std::span<std::byte> out, DecodeScratch* scratch);
 
