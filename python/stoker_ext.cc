@@ -562,6 +562,7 @@ void BindDecode(py::module_& m) {
   EnumProperty(c, "crop", &DecodeOptions::crop);  // CropMode's values
   EnumProperty(c, "dtype", &DecodeOptions::dtype);
   EnumProperty(c, "layout", &DecodeOptions::layout);
+  EnumProperty(c, "extent", &DecodeOptions::extent);  // for bench/augment_bench.py
   TripleProperty(c, "mean", &DecodeOptions::mean);
   TripleProperty(c, "std", &DecodeOptions::std);
   m.def("_decode_sample", &DecodeOne, py::arg("options"), py::arg("jpeg"), py::arg("seed") = 0,

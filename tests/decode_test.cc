@@ -105,8 +105,8 @@ std::vector<uint8_t> FullDecodeReference(const DecodeOptions& o, const std::vect
   auto* p = reinterpret_cast<const unsigned char*>(jpeg.data());
   EXPECT_EQ(tjDecompressHeader3(tj, p, jpeg.size(), &w, &h, &ss, &cs), 0);
   const SampleCrop c = SampleCropFor(o, h, w, key);
-  int m = 8;
-  while (m > 1 && c.width * (m - 1) / 8 >= o.width && c.height * (m - 1) / 8 >= o.height) --m;
+  int m = 8;  // as DecodeSample picks it
+  while (m > 1 && c.width * (m / 2) / 8 >= o.width && c.height * (m / 2) / 8 >= o.height) m /= 2;
   const tjscalingfactor f{m, 8};
   const int sw = TJSCALED(w, f), sh = TJSCALED(h, f);
   std::vector<uint8_t> full(size_t(sw) * sh * 3);
@@ -272,6 +272,10 @@ TEST(DecodeSampleTest, PartialDecodeMatchesTheFullDecode) {
       for (uint64_t id = 0; id < (mode == CropMode::kRandomResized ? 60u : 1u); ++id) {
         const auto got = Decode(o, jpeg, {1, 0, id});
         const auto want = FullDecodeReference(o, jpeg, {1, 0, id});
+        // The whole image at the same scale: tjDecompress2's pixels exactly.
+        DecodeOptions whole = o;
+        whole.extent = DecodeExtent::kWholeScaled;
+        ASSERT_EQ(Decode(whole, jpeg, {1, 0, id}), want) << id;
         for (size_t i = 0; i < got.size(); ++i) {
           const int d = std::abs(int(got[i]) - int(want[i]));
           worst = std::max(worst, d);

@@ -34,6 +34,17 @@ enum class CropMode : uint8_t {
   kRandomResized = 2,
 };
 
+// How much of a JPEG DecodeSample decodes.
+enum class DecodeExtent : uint8_t {
+  // The crop's rows and columns only, at the smallest DCT scaling (1/8,
+  // 2/8, 4/8 or 8/8) whose scaled crop still covers the output size.
+  kCropScaled = 0,
+  // The whole image at that DCT scaling.
+  kWholeScaled = 1,
+  // The whole image at full size (as PIL and torchvision decode).
+  kWholeFull = 2,
+};
+
 // JPEG decode and augmentation, done by the loader's workers.
 struct DecodeOptions {
   // The bytes field holding JPEG data. Empty: no decode. Default: none.
@@ -68,6 +79,11 @@ struct DecodeOptions {
   // image is zero-filled, and the loader counts it (LoaderStats). Default: off.
   // (DecodeSample zero-fills the output of every sample it fails on.)
   bool skip_corrupt = false;
+  // Default: kCropScaled, the fastest; the others are there to measure what
+  // it gains (bench/augment_bench.py). kWholeFull's pixels differ from the
+  // scaled ones by a few grey levels: the IDCT's downscaling is not the
+  // bilinear filter's.
+  DecodeExtent extent = DecodeExtent::kCropScaled;
 };
 
 // InvalidArgument naming the parameter when `o` is out of range (sizes,

@@ -3,9 +3,9 @@
 // The decoder works through libjpeg-turbo's libjpeg API (jpeglib.h) rather
 // than TurboJPEG's tjDecompress2, because only that API decodes part of an
 // image: after the crop box is drawn from the header's size alone,
-//   - DCT scaling (scale_num / 8) picks the smallest factor whose scaled box
-//     still covers the output size, so the IDCT itself does most of the
-//     downscaling;
+//   - DCT scaling (scale_num / 8, a power of two) picks the smallest factor
+//     whose scaled box still covers the output size, so the IDCT itself
+//     does most of the downscaling;
 //   - jpeg_skip_scanlines skips the rows above the box and the decode stops
 //     after its last row (rows below are never entropy-decoded for baseline
 //     JPEGs; progressive ones are read whole by jpeg_start_decompress);
@@ -95,6 +95,9 @@ Status ValidateDecodeOptions(const DecodeOptions& o) {
   }
   if (uint8_t(o.layout) > uint8_t(ImageLayout::kNCHW)) {
     return InvalidArgument("decode layout: unknown layout " + std::to_string(int(o.layout)));
+  }
+  if (uint8_t(o.extent) > uint8_t(DecodeExtent::kWholeFull)) {
+    return InvalidArgument("decode extent: unknown extent " + std::to_string(int(o.extent)));
   }
   // The negations catch NaN too.
   if (!(o.scale_min > 0 && o.scale_min <= o.scale_max && o.scale_max <= 1)) {
@@ -278,14 +281,27 @@ Status DecodeAndAugment(const DecodeOptions& o, std::span<const std::byte> jpeg,
   bool flip = false;
   const CropBox box = DrawCrop(o, H, W, key, &flip);
 
-  // The smallest DCT scaling m / 8 at which the box still covers the output.
+  // The smallest DCT scaling m / 8 at which the box still covers the
+  // output, m a power of two: libjpeg-turbo has SIMD IDCTs for 8/8, 4/8,
+  // 2/8 and 1/8 only; the others (and the 10x10 .. 14x14 IDCTs libjpeg
+  // picks for their subsampled chroma) are plain C, and 7/8 decodes slower
+  // than 8/8 (measured in docs/benchmarks.md).
   int m = 8;
-  while (m > 1 && box.width * (m - 1) / 8 >= o.width && box.height * (m - 1) / 8 >= o.height) --m;
+  while (o.extent != DecodeExtent::kWholeFull && m > 1 && box.width * (m / 2) / 8 >= o.width &&
+         box.height * (m / 2) / 8 >= o.height) {
+    m /= 2;
+  }
   const double scale = m / 8.0;
   ComputeTaps(box.top, box.height, o.height, box.clamp_top, box.clamp_bottom, scale, &d->ty);
   ComputeTaps(box.left, box.width, o.width, box.clamp_left, box.clamp_right, scale, &d->tx);
-  const uint32_t y0 = d->ty.lowest(), y1 = d->ty.highest();
-  const uint32_t x0 = d->tx.lowest(), x1 = d->tx.highest();
+  uint32_t y0 = d->ty.lowest(), y1 = d->ty.highest();
+  uint32_t x0 = d->tx.lowest(), x1 = d->tx.highest();
+  if (o.extent != DecodeExtent::kCropScaled) {
+    // The scaled image's size, as libjpeg computes it (jdiv_round_up).
+    y0 = x0 = 0;
+    y1 = uint32_t((uint64_t(H) * m + 7) / 8) - 1;
+    x1 = uint32_t((uint64_t(W) * m + 7) / 8) - 1;
+  }
   uint32_t col0 = 0, cols = 0, components = 0;
   if (!d->DecodeWindow(m, cmyk, y0, y1, x0, x1, &col0, &cols, &components)) {
     return Corruption(std::string("JPEG decode failed: ") + d->err.message);
