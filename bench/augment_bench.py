@@ -23,7 +23,8 @@ what the partial decode (jpeg_skip_scanlines / jpeg_crop_scanline) and the
 DCT scaling gain.
 
 Each figure is the median of 3 passes over all images (images/s, one
-thread; torch.set_num_threads(1)). The images are synthesized: photo-like
+thread; torch.set_num_threads(1)); the passes of all pipelines are
+interleaved. The images are synthesized: photo-like
 (smooth fields, edges and noise), W x H, JPEG quality 90, 4:2:0.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/augment_bench.py \\
@@ -66,16 +67,12 @@ def synth_jpegs(count, width, height, seed=0):
     return out
 
 
-def rate(fn, jpegs, runs=3):
-    """Median images/s of `runs` passes over all images."""
-    fn(jpegs[0], 0)  # warm up
-    rates = []
-    for r in range(runs):
-        t = time.perf_counter()
-        for i, j in enumerate(jpegs):
-            fn(j, r * len(jpegs) + i)
-        rates.append(len(jpegs) / (time.perf_counter() - t))
-    return statistics.median(rates)
+def pass_rate(fn, jpegs, first_id):
+    """images/s of one pass over all images."""
+    t = time.perf_counter()
+    for i, j in enumerate(jpegs):
+        fn(j, first_id + i)
+    return len(jpegs) / (time.perf_counter() - t)
 
 
 def main():
@@ -123,14 +120,22 @@ def main():
         ("resize", "PIL", lambda j, i: np.asarray(tv_resize(pil(j)))),
         ("resize", "stoker uint8", ours()),
     ]
+    # The passes interleaved (pass r of every pipeline, then pass r + 1), so
+    # that load from other work on the machine falls on all of them alike.
+    for _, _, fn in rows:
+        fn(jpegs[0], 0)  # warm up
+    rates = [[] for _ in rows]
+    for r in range(3):
+        for k, (_, _, fn) in enumerate(rows):
+            rates[k].append(pass_rate(fn, jpegs, r * len(jpegs)))
     results, peer = [], {}
     print(f"{'workload':8} {'pipeline':34} {'images/s':>9} {'vs peer':>8}")
-    for workload, name, fn in rows:
-        r = rate(fn, jpegs)
+    for (workload, name, _), rs in zip(rows, rates):
+        r = statistics.median(rs)
         peer.setdefault(workload, r)
         ratio = r / peer[workload]
         results.append({"workload": workload, "pipeline": name, "images_per_s": round(r, 1),
-                        "ratio": round(ratio, 2)})
+                        "ratio": round(ratio, 2), "passes": [round(x, 1) for x in rs]})
         print(f"{workload:8} {name:34} {r:9.0f} {ratio:7.2f}x", flush=True)
     if a.json:
         with open(a.json, "w") as f:

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/loader_flags.h"
 #include "gtest/gtest.h"
 #include "loader/augment.h"
 #include "loader/fp16.h"
@@ -416,6 +417,69 @@ TEST(Fp16Test, RoundsToNearestEven) {
   for (size_t i = 0; i < in.size(); ++i) sw[i] = FloatToHalf(in[i]);
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(sw[i], hw[i]) << in[i];
 #endif
+}
+
+// `stoker bench loader`'s augmentation flags.
+Status ParseFlags(std::vector<std::string> args, DecodeOptions* out) {
+  CLI::App app;
+  cli::LoaderFlags flags;
+  flags.Add(&app);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  app.parse(args);
+  STOKER_RETURN_IF_ERROR(flags.Finish());
+  *out = flags.options.decode;
+  return Status::Ok();
+}
+
+TEST(LoaderFlagsTest, AugmentationFlagsFillDecodeOptions) {
+  DecodeOptions d;
+  ASSERT_TRUE(
+      ParseFlags({"--crop", "random-resized", "--scale", "0.25,0.9", "--ratio", "0.5,2", "--flip",
+                  "0.5", "--normalize", "0.5,0.4,0.3/0.2,0.25,0.5", "--dtype", "float16",
+                  "--layout", "nchw", "--skip-corrupt", "--decode-size", "160x128"},
+                 &d)
+          .ok());
+  EXPECT_EQ(d.field, "image");  // the flags imply --decode
+  EXPECT_EQ(d.crop, CropMode::kRandomResized);
+  EXPECT_EQ(d.height, 160u);
+  EXPECT_EQ(d.width, 128u);
+  EXPECT_FLOAT_EQ(d.scale_min, 0.25f);
+  EXPECT_FLOAT_EQ(d.scale_max, 0.9f);
+  EXPECT_FLOAT_EQ(d.ratio_min, 0.5f);
+  EXPECT_FLOAT_EQ(d.ratio_max, 2.0f);
+  EXPECT_FLOAT_EQ(d.flip, 0.5f);
+  EXPECT_TRUE(d.normalize);
+  EXPECT_FLOAT_EQ(d.mean[2], 0.3f);
+  EXPECT_FLOAT_EQ(d.std[1], 0.25f);
+  EXPECT_EQ(d.dtype, ImageDType::kFloat16);
+  EXPECT_EQ(d.layout, ImageLayout::kNCHW);
+  EXPECT_TRUE(d.skip_corrupt);
+
+  ASSERT_TRUE(ParseFlags({"--crop", "center", "--normalize", "imagenet"}, &d).ok());
+  EXPECT_EQ(d.crop, CropMode::kCenter);
+  EXPECT_EQ(d.dtype, ImageDType::kFloat32);  // normalize's default
+  EXPECT_FLOAT_EQ(d.mean[0], 0.485f);
+
+  ASSERT_TRUE(ParseFlags({}, &d).ok());
+  EXPECT_TRUE(d.field.empty());  // no decode without a flag asking for it
+
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"--crop", "random"}, "--crop"},
+      {{"--scale", "0.5"}, "--scale"},
+      {{"--scale", "0.9,0.1"}, "scale"},
+      {{"--ratio", "1,2,3"}, "--ratio"},
+      {{"--flip", "2"}, "flip"},
+      {{"--normalize", "1,2,3"}, "--normalize"},
+      {{"--normalize", "1,2,3/1,0,1"}, "std[1]"},
+      {{"--normalize", "imagenet", "--dtype", "uint8"}, "normalize"},
+      {{"--dtype", "int8"}, "--dtype"},
+      {{"--layout", "hwc"}, "--layout"},
+  };
+  for (const auto& [args, name] : bad) {
+    const Status st = ParseFlags(args, &d);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << args[0];
+    EXPECT_NE(st.message().find(name), std::string::npos) << st.ToString();
+  }
 }
 
 }  // namespace
