@@ -80,6 +80,7 @@ def main():
     p.add_argument("--images", type=int, default=300)
     p.add_argument("--size", default="500x375", help="WxH of the synthesized JPEGs")
     p.add_argument("--json")
+    p.add_argument("--write", metavar="DIR", help="also save the JPEGs there (0000.jpg, ...)")
     a = p.parse_args()
     width, height = (int(v) for v in a.size.split("x"))
 
@@ -91,6 +92,12 @@ def main():
 
     jpegs = synth_jpegs(a.images, width, height)
     kib = sum(map(len, jpegs)) / len(jpegs) / 1024
+    if a.write:
+        import os
+        os.makedirs(a.write, exist_ok=True)
+        for i, j in enumerate(jpegs):
+            with open(os.path.join(a.write, f"{i:04d}.jpg"), "wb") as f:
+                f.write(j)
     print(f"{len(jpegs)} JPEGs of {width}x{height}, {kib:.0f} KiB on average; one thread; "
           f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"PIL {Image.__version__}, {platform.processor() or platform.machine()}")
