@@ -60,7 +60,8 @@ struct DecodeOptions {
   float scale_min = 0.08f, scale_max = 1.0f;
   float ratio_min = 3.0f / 4.0f, ratio_max = 4.0f / 3.0f;
   // kCenter: the shorter side before the centre crop. Default: 0 =
-  // height * 256 / 224 (torchvision's ImageNet evaluation: 256 for 224).
+  // max(height, width) * 256 / 224 (torchvision's ImageNet evaluation: 256
+  // for 224).
   uint32_t resize_shorter = 0;
   // Probability of a horizontal flip. Default: 0 (never).
   float flip = 0.0f;
@@ -128,7 +129,9 @@ class DecodeScratch {
 
 // Decodes `jpeg` and applies `o` into `out` (DecodedSampleBytes(o) bytes;
 // layout HWC or CHW of one sample). Corruption when the data is not a
-// decodable JPEG, a truncated one included (the caller adds which sample);
+// decodable JPEG, a truncated one included (the caller adds which sample;
+// a file cut short below the rows a crop needs decodes, as those rows are
+// never read);
 // Unsupported when built without libjpeg-turbo. Grayscale, CMYK (read with
 // Adobe's inverted polarity, as PIL does) and progressive JPEGs give RGB.
 Status DecodeSample(const DecodeOptions& o, std::span<const std::byte> jpeg, const SampleKey& key,

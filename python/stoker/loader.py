@@ -392,12 +392,14 @@ class Loader:
         "resize_shorter": S, "flip": p, "normalize": (mean, std) | True,
         "dtype": "uint8" | "float32" | "float16", "layout": "NHWC" | "NCHW",
         "skip_corrupt": False}``: torchvision's Resize((H, W)), Resize(S) +
-        CenterCrop (S defaults to H * 256 / 224) or RandomResizedCrop(scale,
+        CenterCrop (S defaults to max(H, W) * 256 / 224) or RandomResizedCrop(scale,
         ratio), then RandomHorizontalFlip(p), then ToTensor + Normalize
         (normalize=True is ImageNet's; normalize makes dtype float32 unless
         given). Random choices come from (seed, epoch, sample id): a resumed
-        run sees the same crops and flips. Each key defaults to the value
-        shown (crop "resize", flip 0, no normalize, uint8, NHWC).
+        run sees the same crops and flips. skip_corrupt=True zero-fills an
+        undecodable image and counts it instead of raising CorruptionError.
+        Each key defaults to the value shown (crop "resize", flip 0, no
+        normalize, uint8, NHWC).
       fields: the fields to deliver (default: all).
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.

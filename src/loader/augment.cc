@@ -80,10 +80,14 @@ CropBox RandomResizedCropBox(uint32_t image_h, uint32_t image_w, const DecodeOpt
   return b;
 }
 
+uint32_t ResizeShorter(const DecodeOptions& o) {
+  return o.resize_shorter ? o.resize_shorter : std::max(o.height, o.width) * 256 / 224;
+}
+
 CropBox CenterCropBox(uint32_t image_h, uint32_t image_w, const DecodeOptions& o) {
   // torchvision's Resize(int): the shorter side to S, the longer to
   // int(S * long / short); then CenterCrop: top = int(round((rh - h) / 2)).
-  const uint32_t s = o.resize_shorter ? o.resize_shorter : o.height * 256 / 224;
+  const uint32_t s = ResizeShorter(o);
   double rh, rw;
   if (image_w <= image_h) {
     rw = s;

@@ -35,6 +35,7 @@ double Uniform01(Rng& rng);
 
 // The box of kCenter (Resize(resize_shorter) then CenterCrop(h, w)) and of
 // kResize (the whole image), in source pixels.
+uint32_t ResizeShorter(const DecodeOptions& o);  // kCenter's, its default applied
 CropBox CenterCropBox(uint32_t image_h, uint32_t image_w, const DecodeOptions& o);
 CropBox WholeImageBox(uint32_t image_h, uint32_t image_w);
 
