@@ -54,8 +54,9 @@ struct DecodeOptions {
   uint32_t width = 224;
   // Default: kResize (what stoker did before crops existed).
   CropMode crop = CropMode::kResize;
-  // kRandomResized: the box's area as a fraction of the image's, and its
-  // aspect ratio (w / h), drawn log-uniformly as torchvision does.
+  // kRandomResized: the box's area as a fraction of the image's (drawn
+  // uniformly) and its aspect ratio w / h (drawn log-uniformly), as
+  // torchvision does; 10 tries, then its central-crop fallback.
   // Default: torchvision's scale (0.08, 1.0) and ratio (3/4, 4/3).
   float scale_min = 0.08f, scale_max = 1.0f;
   float ratio_min = 3.0f / 4.0f, ratio_max = 4.0f / 3.0f;
@@ -88,7 +89,9 @@ struct DecodeOptions {
 };
 
 // InvalidArgument naming the parameter when `o` is out of range (sizes,
-// scale, ratio, flip probability, std of 0, normalize with uint8).
+// scale outside (0, 1] or min > max, ratio <= 0 or min > max, flip outside
+// [0, 1], a std of 0 or a non-finite mean/std, normalize with uint8,
+// resize_shorter below the crop size, unknown enum values).
 Status ValidateDecodeOptions(const DecodeOptions& o);
 
 // Bytes one decoded sample occupies: height * width * 3 * element size.
