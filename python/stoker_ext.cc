@@ -455,6 +455,8 @@ class LoaderHandle {
     d["samples_delivered"] = s.samples_delivered;
     d["batches_delivered"] = s.batches_delivered;
     d["read_retries"] = s.read_retries;
+    d["decode_skipped"] = s.decode_skipped;
+    d["shared_batches"] = s.shared_batches;
     d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
     d["peak_buffer_bytes"] = s.peak_buffer_bytes;
     d["h2d_bytes"] = s.h2d_bytes;
