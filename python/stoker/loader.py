@@ -397,7 +397,8 @@ class Loader:
         (normalize=True is ImageNet's; normalize makes dtype float32 unless
         given). Random choices come from (seed, epoch, sample id): a resumed
         run sees the same crops and flips. skip_corrupt=True zero-fills an
-        undecodable image and counts it instead of raising CorruptionError.
+        undecodable image and counts it (``stats()["decode_skipped"]``)
+        instead of raising CorruptionError.
         Each key defaults to the value shown (crop "resize", flip 0, no
         normalize, uint8, NHWC).
       fields: the fields to deliver (default: all).

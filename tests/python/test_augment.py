@@ -249,3 +249,21 @@ def test_another_epoch_draws_other_crops_the_same_epoch_the_same(tmp_path):
     assert sorted(first) == sorted(second) == list(range(8))
     assert all(np.array_equal(first[s], again[s]) for s in first)
     assert sum(not np.array_equal(first[s], second[s]) for s in first) == 8
+
+
+def test_corrupt_image_fails_naming_the_sample_or_is_skipped_and_counted(tmp_path):
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(6):
+        (src / f"{i}.jpg").write_bytes(jpeg_bytes(picture(80, 100, i)))
+    good = jpeg_bytes(picture(80, 100, 9))
+    (src / "3.jpg").write_bytes(good[:len(good) // 3])  # truncated
+    stoker.pack(tmp_path / "src", tmp_path / "ds", shuffle=False)
+    with pytest.raises(stoker.CorruptionError, match="sample 3"):
+        list(stoker.Loader(tmp_path / "ds", 3, decode=AUGMENT, rank=0, world_size=1))
+    loader = stoker.Loader(tmp_path / "ds", 3, decode={**AUGMENT, "skip_corrupt": True},
+                           rank=0, world_size=1)
+    images = {s: np.array(i) for b in loader for s, i in zip(b["sample_ids"].tolist(), b["image"])}
+    assert sorted(images) == list(range(6))
+    assert not images[3].any() and all(images[s].any() for s in (0, 1, 2, 4, 5))
+    assert loader.stats()["decode_skipped"] == 1
