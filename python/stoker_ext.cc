@@ -124,16 +124,35 @@ py::array ByteView(std::span<const std::byte> bytes, const py::capsule& owner) {
   return py::array_t<uint8_t>({bytes.size()}, {sizeof(uint8_t)}, p, owner);
 }
 
-py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& owner) {
-  const size_t hw = size_t{c.width} * c.channels;
-  (void)hw;
-  if (c.dtype != ImageDType::kUInt8 || c.layout != ImageLayout::kNHWC) {
-    throw std::runtime_error("image columns other than uint8 NHWC are not exported yet");
+// An image column's shape: (N, H, W, C) or (N, C, H, W) by its layout.
+std::vector<int64_t> ImageShape(const Batch::ImageColumn& c, size_t n) {
+  const int64_t h = c.height, w = c.width, ch = c.channels;
+  if (c.layout == ImageLayout::kNCHW) return {int64_t(n), ch, h, w};
+  return {int64_t(n), h, w, ch};
+}
+
+py::dtype ImageNumpyDType(ImageDType t) {
+  switch (t) {
+    case ImageDType::kFloat32:
+      return py::dtype("float32");
+    case ImageDType::kFloat16:
+      return py::dtype("float16");
+    case ImageDType::kUInt8:
+      break;
   }
-  return py::array_t<uint8_t>({n, size_t{c.height}, size_t{c.width}, size_t{c.channels}},
-                              {c.height * hw, hw, size_t{c.channels}, size_t{1}},
-                              reinterpret_cast<uint8_t*>(const_cast<std::byte*>(c.data.data())),
-                              owner);
+  return py::dtype("uint8");
+}
+
+py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& owner) {
+  const std::vector<int64_t> shape = ImageShape(c, n);
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = py::ssize_t(ImageDTypeSize(c.dtype));
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return py::array(ImageNumpyDType(c.dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()),
+                   strides, const_cast<std::byte*>(c.data.data()), owner);
 }
 
 // How batches are handed to Python: `array` (e.g. torch.from_numpy) is applied
@@ -227,7 +246,7 @@ struct DLManagedTensorVersioned {
   DLTensor dl_tensor;
 };
 constexpr int32_t kDLCUDA = 2;
-constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLBool = 6;
+constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6;
 
 // One array of a batch in device memory; holds the batch's device copy.
 struct DeviceArray {
@@ -332,9 +351,10 @@ py::dict DeviceBatchDict(const Batch& b, const Output& out) {
     d[py::str(c.name)] = DeviceOut(out, b, c.values.data(), {n}, {kDLInt, 64, 1});
   }
   for (const auto& c : b.image_columns()) {
-    d[py::str(c.name)] =
-        DeviceOut(out, b, c.data.data(),
-                  {n, int64_t(c.height), int64_t(c.width), int64_t(c.channels)}, {kDLUInt, 8, 1});
+    const DLDataType t = c.dtype == ImageDType::kUInt8
+                             ? DLDataType{kDLUInt, 8, 1}
+                             : DLDataType{kDLFloat, uint8_t(8 * ImageDTypeSize(c.dtype)), 1};
+    d[py::str(c.name)] = DeviceOut(out, b, c.data.data(), ImageShape(c, size_t(n)), t);
   }
   for (const auto& c : b.bytes_columns()) {
     py::object offsets = DeviceOut(out, b, c.offsets.data(), {n + 1}, u64);
@@ -485,6 +505,83 @@ class LoaderHandle {
   std::pair<uintptr_t, size_t> last_buffer_{0, 0};
 };
 
+// ---- decode options (stoker/decode.h), built by stoker/loader.py ------------
+
+template <typename E>
+void EnumProperty(py::class_<DecodeOptions>& c, const char* name, E DecodeOptions::*member) {
+  c.def_property(
+      name, [member](const DecodeOptions& o) { return int(o.*member); },
+      [member](DecodeOptions& o, int v) { o.*member = E(v); });
+}
+
+void TripleProperty(py::class_<DecodeOptions>& c, const char* name,
+                    float (DecodeOptions::*member)[3]) {
+  c.def_property(
+      name,
+      [member](const DecodeOptions& o) {
+        return std::array<float, 3>{(o.*member)[0], (o.*member)[1], (o.*member)[2]};
+      },
+      [member](DecodeOptions& o, std::array<float, 3> v) {
+        std::copy(v.begin(), v.end(), o.*member);
+      });
+}
+
+// DecodeSample on one JPEG into a new array (HWC or CHW): the loader's
+// per-sample work without a dataset, for tests and bench/augment_bench.py.
+py::array DecodeOne(const DecodeOptions& o, py::bytes jpeg, uint64_t seed, uint64_t epoch,
+                    uint64_t sample_id) {
+  Check(ValidateDecodeOptions(o));
+  std::vector<py::ssize_t> shape{o.height, o.width, 3};
+  if (o.layout == ImageLayout::kNCHW) shape = {3, o.height, o.width};
+  py::array out(ImageNumpyDType(o.dtype), shape);
+  const std::string_view data = jpeg;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    thread_local DecodeScratch scratch;
+    st = DecodeSample(
+        o, {reinterpret_cast<const std::byte*>(data.data()), data.size()}, {seed, epoch, sample_id},
+        {static_cast<std::byte*>(out.mutable_data()), size_t(out.nbytes())}, &scratch);
+  }
+  Check(st);
+  return out;
+}
+
+void BindDecode(py::module_& m) {
+  py::class_<DecodeOptions> c(m, "_DecodeOptions");
+  c.def(py::init<>())
+      .def_readwrite("field", &DecodeOptions::field)
+      .def_readwrite("height", &DecodeOptions::height)
+      .def_readwrite("width", &DecodeOptions::width)
+      .def_readwrite("scale_min", &DecodeOptions::scale_min)
+      .def_readwrite("scale_max", &DecodeOptions::scale_max)
+      .def_readwrite("ratio_min", &DecodeOptions::ratio_min)
+      .def_readwrite("ratio_max", &DecodeOptions::ratio_max)
+      .def_readwrite("resize_shorter", &DecodeOptions::resize_shorter)
+      .def_readwrite("flip", &DecodeOptions::flip)
+      .def_readwrite("normalize", &DecodeOptions::normalize)
+      .def_readwrite("skip_corrupt", &DecodeOptions::skip_corrupt)
+      .def("validate", [](const DecodeOptions& o) { Check(ValidateDecodeOptions(o)); });
+  EnumProperty(c, "crop", &DecodeOptions::crop);  // CropMode's values
+  EnumProperty(c, "dtype", &DecodeOptions::dtype);
+  EnumProperty(c, "layout", &DecodeOptions::layout);
+  EnumProperty(c, "extent", &DecodeOptions::extent);  // for bench/augment_bench.py
+  TripleProperty(c, "mean", &DecodeOptions::mean);
+  TripleProperty(c, "std", &DecodeOptions::std);
+  m.def("_decode_sample", &DecodeOne, py::arg("options"), py::arg("jpeg"), py::arg("seed") = 0,
+        py::arg("epoch") = 0, py::arg("sample_id") = 0);
+  m.def(
+      "_sample_crop",
+      [](const DecodeOptions& o, uint32_t image_h, uint32_t image_w, uint64_t seed, uint64_t epoch,
+         uint64_t sample_id) {
+        const SampleCrop c = SampleCropFor(o, image_h, image_w, {seed, epoch, sample_id});
+        return py::make_tuple(c.top, c.left, c.height, c.width, c.flip);
+      },
+      py::arg("options"), py::arg("image_h"), py::arg("image_w"), py::arg("seed") = 0,
+      py::arg("epoch") = 0, py::arg("sample_id") = 0,
+      "(top, left, height, width, flip) of a sample's crop, in source pixels");
+}
+
 // Options arrive fully checked from stoker/loader.py; C++ checks them again.
 std::unique_ptr<LoaderHandle> MakeLoader(
     const std::string& uri, uint32_t batch_size, bool shuffle, uint64_t seed,
@@ -493,8 +590,8 @@ std::unique_ptr<LoaderHandle> MakeLoader(
     bool direct_io, std::vector<std::string> fields, std::string decode_field,
     uint32_t decode_height, uint32_t decode_width, uint32_t read_retries, double read_timeout_s,
     uint64_t start_epoch, uint64_t start_position, std::string posix_engine, uint32_t io_threads,
-    double op_timeout_s, std::string device, uint64_t device_memory_budget,
-    std::string read_unit) {
+    double op_timeout_s, std::string device, uint64_t device_memory_budget, std::string read_unit,
+    std::optional<DecodeOptions> decode) {
   LoaderOptions o;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
@@ -512,6 +609,7 @@ std::unique_ptr<LoaderHandle> MakeLoader(
   o.decode.field = std::move(decode_field);
   o.decode.height = decode_height;
   o.decode.width = decode_width;
+  if (decode) o.decode = *decode;  // crops, flips, normalization, dtype, layout
   o.read_retries = read_retries;
   o.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_timeout_s * 1000));
   o.start = {start_epoch, start_position};
@@ -862,8 +960,8 @@ class CheckpointerHandle {
 std::unique_ptr<CheckpointerHandle> MakeCheckpointer(const std::string& uri, uint32_t io_threads,
                                                      uint32_t write_retries,
                                                      std::string posix_engine,
-                                                     uint32_t store_io_threads,
-                                                     double op_timeout_s, bool direct_io) {
+                                                     uint32_t store_io_threads, double op_timeout_s,
+                                                     bool direct_io) {
   CheckpointerOptions o;
   o.io_threads = io_threads;
   o.write_retries = write_retries;
@@ -995,6 +1093,8 @@ PYBIND11_MODULE(_stoker, m) {
       });
   m.def("_built_with_cuda", &stoker::BuiltWithCuda);
 
+  BindDecode(m);
+
   py::class_<LoaderHandle>(m, "_Loader")
       .def(py::init(&MakeLoader), py::arg("uri"), py::arg("batch_size"), py::arg("shuffle"),
            py::arg("seed"), py::arg("shuffle_window_shards"), py::arg("rank"),
@@ -1005,7 +1105,7 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
            py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"),
            py::arg("device") = "", py::arg("device_memory_budget") = 0,
-           py::arg("read_unit") = "auto")
+           py::arg("read_unit") = "auto", py::arg("decode") = py::none())
       .def("next", &LoaderHandle::Next)
       .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
            py::arg("signed_ids"))
