@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   RegisterBenchGpuLoader(app.get_subcommand("bench"), &action);
   RegisterDemo(app, &action);
   RegisterCkpt(app, &action);
+  RegisterDoctor(app, &action);
+  RegisterTune(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
