@@ -68,8 +68,9 @@ if ! exports="$("$cluster" start "$dir")"; then
   exit 1
 fi
 eval "$exports"
-tune=("$stoker" tune ceph --conf "$CEPH_CONF" --data-pool td --ckpt-pool ck --replicas 2
+base=("$stoker" tune ceph --conf "$CEPH_CONF" --data-pool td --ckpt-pool ck
   --gpus-per-node 4 --osd-memory-target 1073741824 --client job1 --timeout 30)
+tune=("${base[@]}" --replicas 2)
 
 # ---- dry run, and a key that may not change the cluster ----------------------
 
@@ -136,15 +137,15 @@ refused "job1 may not write outside its prefix" rados_as job1 -p ck put job2/ste
 
 out="$("${tune[@]}" --apply 2>&1)"
 has "a second apply changes nothing" "$out" "tune ceph: 0 change\(s\) applied"
-out="$("${tune[@]}" --replicas 3 --dry-run 2>&1)"
+out="$("${base[@]}" --replicas 3 --dry-run 2>&1)"
 has "3 copies: size planned" "$out" "osd pool set td size 3"
 has "3 copies: fewer PGs (64)" "$out" "osd pool set td pg_num 64"
 has "3 copies: pools are not created again" "$(grep -c 'pool create' <<<"$out")" "^0$"
-out="$("${tune[@]}" --replicas 3 --apply 2>&1)"
+out="$("${base[@]}" --replicas 3 --apply 2>&1)"
 has "3 copies applied and read back" "$out" "change\(s\) applied; [0-9]+ value\(s\) read back, all as asked"
 has "td size 3" "$(get td size)" "^size: 3$"
 has "td min_size 2" "$(get td min_size)" "^min_size: 2$"
-out="$("${tune[@]}" --replicas 3 --apply 2>&1)"
+out="$("${base[@]}" --replicas 3 --apply 2>&1)"
 has "then again nothing" "$out" "tune ceph: 0 change\(s\) applied"
 
 # ---- doctor reaches the cluster as the job client ------------------------------------

@@ -121,10 +121,17 @@ std::string Str(const json& j) {
   return j.dump();
 }
 
-Result<ClusterState> ReadState(const Ceph& ceph, const CephTuneOptions& o) {
+// What ReadState reads: each part is one `ceph` call (pools need rules, for
+// the rules' names).
+enum Part : unsigned { kTree = 1, kRules = 2, kPools = 4 | 2, kConfig = 8, kAuth = 16, kAll = 31 };
+
+Result<ClusterState> ReadState(const Ceph& ceph, const CephTuneOptions& o, unsigned parts = kAll) {
   ClusterState s;
   try {
-    STOKER_ASSIGN_OR_RETURN(json tree, ceph.Json({"osd", "tree"}));
+    json tree = json::object();
+    if (parts & kTree) {
+      STOKER_ASSIGN_OR_RETURN(tree, ceph.Json({"osd", "tree"}));
+    }
     for (const auto& n : tree.value("nodes", json::array())) {
       const std::string type = n.value("type", "");
       if (type == "osd") {
@@ -133,7 +140,10 @@ Result<ClusterState> ReadState(const Ceph& ceph, const CephTuneOptions& o) {
       }
       if (type == "host" && !n.value("children", json::array()).empty()) ++s.hosts;
     }
-    STOKER_ASSIGN_OR_RETURN(json rules, ceph.Json({"osd", "crush", "rule", "dump"}));
+    json rules = json::array(), pools = json::array(), config = json::array();
+    if (parts & kRules) {
+      STOKER_ASSIGN_OR_RETURN(rules, ceph.Json({"osd", "crush", "rule", "dump"}));
+    }
     std::map<int, std::string> rule_names;
     for (const auto& r : rules) {
       rule_names[r.value("rule_id", -1)] = r.value("rule_name", "");
@@ -147,7 +157,9 @@ Result<ClusterState> ReadState(const Ceph& ceph, const CephTuneOptions& o) {
       }
       s.rules[r.value("rule_name", "")] = rs;
     }
-    STOKER_ASSIGN_OR_RETURN(json pools, ceph.Json({"osd", "pool", "ls", "detail"}));
+    if ((parts & kPools) == kPools) {
+      STOKER_ASSIGN_OR_RETURN(pools, ceph.Json({"osd", "pool", "ls", "detail"}));
+    }
     for (const auto& p : pools) {
       PoolState ps;
       ps.size = p.value("size", 0);
@@ -157,21 +169,26 @@ Result<ClusterState> ReadState(const Ceph& ceph, const CephTuneOptions& o) {
       ps.pg_num = p.value("pg_num_target", p.value("pg_num", 0));
       ps.rule = rule_names[p.value("crush_rule", -1)];
       ps.autoscale = p.value("pg_autoscale_mode", "");
-      for (const auto& [app, kv] : p.value("application_metadata", json::object()).items()) {
+      const json apps = p.value("application_metadata", json::object());
+      for (const auto& [app, kv] : apps.items()) {
         auto& m = ps.apps[app];
         for (const auto& [k, v] : kv.items()) m[k] = Str(v);
       }
       s.pools[p.value("pool_name", "")] = ps;
     }
-    STOKER_ASSIGN_OR_RETURN(json config, ceph.Json({"config", "dump"}));
+    if (parts & kConfig) {
+      STOKER_ASSIGN_OR_RETURN(config, ceph.Json({"config", "dump"}));
+    }
     for (const auto& c : config) {
       s.config[{c.value("section", ""), c.value("name", "")}] = Str(c.value("value", json()));
     }
-    auto auth = ceph.Json({"auth", "get", "client." + o.job_client});
+    auto auth = (parts & kAuth) ? ceph.Json({"auth", "get", "client." + o.job_client})
+                                : Result<json>(NotFound("not read"));
     if (auth.ok()) {
       s.client_exists = true;
       for (const auto& e : *auth) {
-        for (const auto& [k, v] : e.value("caps", json::object()).items()) s.caps[k] = Str(v);
+        const json caps = e.value("caps", json::object());
+        for (const auto& [k, v] : caps.items()) s.caps[k] = Str(v);
       }
     } else if (auth.status().code() != Code::kNotFound) {
       return auth.status();
@@ -368,7 +385,7 @@ std::vector<CephCommand> Commands(const CephTuneOptions& o, const Desired& d, co
     CephCommand size{{"osd", "pool", "set", p.name, "size", std::to_string(o.replicas)},
                      "pools: " + std::to_string(o.replicas) + " copies"};
     CephCommand min{{"osd", "pool", "set", p.name, "min_size", std::to_string(MinSize(o))},
-                    "pools: writes wait for " + std::to_string(MinSize(o)) + " copies"};
+                    "pools: a write waits for min_size " + std::to_string(MinSize(o)) + " copies"};
     const bool size_change = is_new || differs(pre + "size");
     const bool min_change = is_new || differs(pre + "min_size");
     // min_size may not exceed size: lower min_size first when shrinking.
@@ -396,7 +413,10 @@ std::vector<CephCommand> Commands(const CephTuneOptions& o, const Desired& d, co
   for (const auto& [who, key, value] : d.config) {
     if (differs("config " + who + " " + key)) {
       c.push_back({{"config", "set", who, key, value},
-                   "config: " + key + (who == "osd" ? " (read when an OSD starts)" : "")});
+                   "config: " + key +
+                       (key == "osd_op_num_shards" || key == "ms_async_op_threads"
+                            ? " (read when an OSD starts)"
+                            : "")});
     }
   }
   const std::string entity = "client." + o.job_client;
@@ -506,12 +526,16 @@ Result<CephApplyReport> ApplyCephLayout(const CephTuneOptions& o) {
     // The end of a group: read the cluster again and check the group's
     // values before the next group builds on them.
     if (i + 1 == cmds.size() || GroupOf(cmds[i + 1]) != GroupOf(cmds[i])) {
-      STOKER_ASSIGN_OR_RETURN(ClusterState s, ReadState(ceph, o));
       const std::string group = GroupOf(cmds[i]);
       const std::string prefix = group == "rules"    ? "crush rule"
                                  : group == "pools"  ? "pool "
                                  : group == "config" ? "config "
                                                      : "auth ";
+      const unsigned part = group == "rules"    ? kRules
+                            : group == "pools"  ? kPools
+                            : group == "config" ? kConfig
+                                                : kAuth;
+      STOKER_ASSIGN_OR_RETURN(ClusterState s, ReadState(ceph, o, part));
       for (const auto& v : Values(o, p.desired, s)) {
         if (v.what.rfind(prefix, 0) == 0 && !v.ok()) {
           return Internal("tune ceph: after the " + group + " steps, " + v.what + " reads '" +
