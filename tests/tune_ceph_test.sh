@@ -148,6 +148,22 @@ has "td min_size 2" "$(get td min_size)" "^min_size: 2$"
 out="$("${base[@]}" --replicas 3 --apply 2>&1)"
 has "then again nothing" "$out" "tune ceph: 0 change\(s\) applied"
 
+# ---- a refusal part way: stop there, say what was applied, finish on a rerun ------
+
+half=("$stoker" tune ceph --conf "$CEPH_CONF" --data-pool td2 --ckpt-pool ck2 --client job2
+  --gpus-per-node 4 --osd-memory-target 1073741824 --timeout 30)
+out="$("${half[@]}" --replicas 20 --apply 2>&1)"
+rc=$?
+check "20 copies: apply fails" test "$rc" -ne 0
+has "the failure names the refused command" "$out" "step 2 of [0-9]+ refused: .*osd pool set td2 size 20.*EINVAL"
+has "the failure says what was applied before it" "$out" "applied before it \(each whole; --apply again finishes the rest\):$"
+has "...namely the pool it created" "$out" "^  ceph .*osd pool create td2 16 16 replicated stoker-hdd-osd$"
+check "nothing after the refusal: td2 has its default size" bash -c "ceph --id admin osd pool get td2 size | grep -qx 'size: 2'"
+check "nothing after the refusal: no ck2" bash -c "! ceph --id admin osd pool ls | grep -qx ck2"
+has "nothing after the refusal: job2's config untouched" "$(ceph_ config get client.job2 objecter_inflight_op_bytes)" "^104857600$"
+out="$("${half[@]}" --replicas 2 --apply 2>&1)"
+has "a rerun with a valid size finishes the rest" "$out" "change\(s\) applied; [0-9]+ value\(s\) read back, all as asked"
+
 # ---- doctor reaches the cluster as the job client ------------------------------------
 
 out="$("$stoker" doctor --only ceph-reach --ceph "rados://td?conf=$CEPH_CONF&id=job1" 2>&1)"

@@ -1,6 +1,8 @@
 // stoker tune ceph|node (stoker/tune.h): settings derived for the cluster and
 // the node. `tune` is a parent that other files add children to (tune comm):
 // each registers through TuneCommand(), which makes it once.
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -113,10 +115,15 @@ void RegisterTuneNode(CLI::App* tune, Action* action) {
   cmd->add_option("--ranks", args->o.ranks, "Ranks on this node (0: one per GPU)")
       ->capture_default_str();
   cmd->add_option("--comm-env", args->o.comm_env_file,
-                  "`stoker tune comm`'s environment file (KEY=VALUE lines)");
+                  "`stoker tune comm --write`'s environment file (default: ./nccl.env if it "
+                  "exists)");
   cmd->add_option("--mps-pipe-dir", args->o.mps_pipe_dir, "MPS pipe folder")->capture_default_str();
   cmd->callback([args, action] {
     *action = [args] {
+      // tune comm's file under the name its help suggests, when it is here.
+      if (args->o.comm_env_file.empty() && ::access("nccl.env", R_OK) == 0) {
+        args->o.comm_env_file = "nccl.env";
+      }
       auto t = PlanNodeTuning(args->o);
       if (!t.ok()) return Fail(t.status());
       const std::string text = t->Text();
