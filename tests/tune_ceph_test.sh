@@ -8,7 +8,7 @@
 # under its prefix only; a second --apply changes nothing; changed options
 # change an existing layout; doctor reaches the cluster as the job client.
 #
-#   tests/tune_ceph_test.sh STOKER_BIN     # ≈60-90 s on 2 cores
+#   tests/tune_ceph_test.sh STOKER_BIN     # ≈2-3 min on 2 busy cores (30 s of CPU)
 #
 # Last line: "N passed, N failed"; exit 1 if any failed, 77 (CTest's
 # SKIP_RETURN_CODE) with the reason when Ceph is not installed.
@@ -145,8 +145,6 @@ out="$("${base[@]}" --replicas 3 --apply 2>&1)"
 has "3 copies applied and read back" "$out" "change\(s\) applied; [0-9]+ value\(s\) read back, all as asked"
 has "td size 3" "$(get td size)" "^size: 3$"
 has "td min_size 2" "$(get td min_size)" "^min_size: 2$"
-out="$("${base[@]}" --replicas 3 --apply 2>&1)"
-has "then again nothing" "$out" "tune ceph: 0 change\(s\) applied"
 
 # ---- a refusal part way: stop there, say what was applied, finish on a rerun ------
 
