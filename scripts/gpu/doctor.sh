@@ -28,7 +28,11 @@ carry=.gpu-carry
 
 prepare() {
   set -e
-  grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >>.git/info/exclude
+  local exclude
+  exclude=$(git rev-parse --git-path info/exclude) # a worktree's .git is a file
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.gpu-carry/' "$exclude" 2>/dev/null || echo '/.gpu-carry/' >>"$exclude"
+  # An existing build-gpu/ (scripts/gpu-check.sh prepare makes one) is reused.
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSTOKER_WITH_CUDA=ON \
     -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_BUILD_TESTS=OFF >/dev/null
   cmake --build build-gpu -j"$(nproc)" --target stoker
