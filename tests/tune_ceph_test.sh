@@ -6,7 +6,8 @@
 # dump`, `ceph auth get` and `ceph config get` then show; the job client reads
 # the data pool and may not write it (librados EPERM), writes checkpoints
 # under its prefix only; a second --apply changes nothing; changed options
-# change an existing layout; doctor reaches the cluster as the job client.
+# change an existing layout; a refusal part way stops there; doctor reaches
+# the cluster as the job client; checkpoints go on the fast device class.
 #
 #   tests/tune_ceph_test.sh STOKER_BIN     # ≈2-3 min on 2 busy cores (30 s of CPU)
 #
@@ -153,9 +154,10 @@ half=("$stoker" tune ceph --conf "$CEPH_CONF" --data-pool td2 --ckpt-pool ck2 --
 out="$("${half[@]}" --replicas 20 --apply 2>&1)"
 rc=$?
 check "20 copies: apply fails" test "$rc" -ne 0
-has "the failure names the refused command" "$out" "step 2 of [0-9]+ refused: .*osd pool set td2 size 20.*EINVAL"
+has "the failure names the refused command" "$out" "step [0-9]+ of [0-9]+ refused: .*osd pool set td2 size 20.*EINVAL"
 has "the failure says what was applied before it" "$out" "applied before it \(each whole; --apply again finishes the rest\):$"
-has "...namely the pool it created" "$out" "^  ceph .*osd pool create td2 16 16 replicated stoker-hdd-osd$"
+# No class has 20 OSDs: a rule over every OSD, then the pool on it.
+has "...namely the pool it created" "$out" "^  ceph .*osd pool create td2 16 16 replicated stoker-any-osd$"
 check "nothing after the refusal: td2 has its default size" bash -c "ceph --id admin osd pool get td2 size | grep -qx 'size: 2'"
 check "nothing after the refusal: no ck2" bash -c "! ceph --id admin osd pool ls | grep -qx ck2"
 has "nothing after the refusal: job2's config untouched" "$(ceph_ config get client.job2 objecter_inflight_op_bytes)" "^104857600$"
@@ -170,6 +172,20 @@ has "doctor: ceph-reach PASS" "$out" "PASS  ceph-reach +reachable; stat round tr
 check "doctor exits 0" test "$rc" -eq 0
 out="$("$stoker" doctor --only ceph-reach --ceph "rados://nosuchpool?conf=$CEPH_CONF&id=job1" 2>&1)"
 has "doctor: a missing pool fails, named" "$out" "FAIL  ceph-reach.*nosuchpool"
+
+# ---- device classes: checkpoints on the fast class, when it can hold them ----------
+# Last: moving an OSD to another class remaps the pools above.
+
+ceph_ osd crush rm-device-class osd.0 >/dev/null 2>&1
+ceph_ osd crush set-device-class nvme osd.0 >/dev/null 2>&1
+mixed=("$stoker" tune ceph --conf "$CEPH_CONF" --data-pool td3 --ckpt-pool ck3 --client job3 --timeout 30)
+# One copy: one host is enough, so one copy per host.
+out="$("${mixed[@]}" --replicas 1 --dry-run 2>&1)"
+has "nvme + hdd: checkpoints on nvme" "$out" "osd pool create ck3 [0-9]+ [0-9]+ replicated stoker-nvme-host"
+has "nvme + hdd: data on hdd" "$out" "osd pool create td3 [0-9]+ [0-9]+ replicated stoker-hdd-host"
+has "nvme + hdd: an nvme rule" "$out" "osd crush rule create-replicated stoker-nvme-host default host nvme"
+out="$("${mixed[@]}" --replicas 2 --dry-run 2>&1)"
+has "one nvme OSD cannot hold 2 copies: checkpoints on hdd" "$out" "osd pool create ck3 [0-9]+ [0-9]+ replicated stoker-hdd-osd"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -229,15 +229,22 @@ Result<Desired> Derive(const CephTuneOptions& o, const ClusterState& s) {
   Desired d;
   d.domain = s.hosts >= int(o.replicas) ? "host" : "osd";
   // Checkpoints on the fastest class there is; data on hdd when the cluster
-  // has both (capacity), else on the one class.
+  // has both (capacity), else on the one class. A class with fewer OSDs than
+  // copies cannot hold a pool: the other class takes it, or every OSD ("").
+  auto fits = [&](const std::string& cls) {
+    const auto it = s.osds_per_class.find(cls);
+    return it != s.osds_per_class.end() && it->second >= int(o.replicas);
+  };
   std::string fast, slow;
   for (const char* c : {"nvme", "ssd"}) {
-    if (fast.empty() && s.osds_per_class.count(c)) fast = c;
+    if (fast.empty() && fits(c)) fast = c;
   }
-  if (s.osds_per_class.count("hdd")) slow = "hdd";
+  if (fits("hdd")) slow = "hdd";
+  for (const auto& [cls, n] : s.osds_per_class) {
+    if (fast.empty() && slow.empty() && fits(cls)) fast = slow = cls;
+  }
   if (fast.empty()) fast = slow;
   if (slow.empty()) slow = fast;
-  if (fast.empty() && !s.osds_per_class.empty()) fast = slow = s.osds_per_class.begin()->first;
   auto rule_for = [&](const std::string& cls) {
     return "stoker-" + (cls.empty() ? std::string("any") : cls) + "-" + d.domain;
   };
