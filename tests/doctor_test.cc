@@ -108,7 +108,9 @@ TEST(Doctor, ThisMachine) {
       EXPECT_FALSE(c.fix.empty()) << Describe(c);
     }
   }
-  if (!unsynced) EXPECT_LT(r->ExitCode(), 2);
+  if (!unsynced) {
+    EXPECT_LT(r->ExitCode(), 2);
+  }
 }
 
 TEST(Doctor, GoodFixturePasses) {
@@ -410,7 +412,9 @@ TEST(DoctorCli, JsonSchemaAndExitCodes) {
 
   // This machine, through the CLI, as JSON: it parses and follows the schema.
   Ran here = Stoker("doctor --json");
-  if (!ClockUnsynchronized()) EXPECT_LT(here.code, 2) << here.out;
+  if (!ClockUnsynchronized()) {
+    EXPECT_LT(here.code, 2) << here.out;
+  }
   auto jh = nlohmann::json::parse(here.out, nullptr, false);
   ASSERT_FALSE(jh.is_discarded()) << here.out;
   CheckSchema(jh);
@@ -444,6 +448,27 @@ TEST(TuneNode, FromTheGoodFixture) {
   auto bad = PlanNodeTuning(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("comm.env"), std::string::npos);
+}
+
+// What the doctor found goes into the plan, with its fixes: bad/'s kernel,
+// THP, limits; the measuring checks are not run.
+TEST(TuneNode, CarriesTheDoctorsFindings) {
+  NodeTuneOptions o;
+  o.sysroot = Fixture("bad").string();
+  auto t = PlanNodeTuning(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  NodeTuneOptions good;
+  good.sysroot = Fixture("good").string();
+  EXPECT_TRUE(PlanNodeTuning(good)->doctor.empty());
+  std::string all;
+  for (const auto& d : t->doctor) all += d + "\n";
+  EXPECT_NE(all.find("FAIL kernel-version: 5.4.0-100-generic"), std::string::npos) << all;
+  EXPECT_NE(all.find("FAIL transparent-hugepages"), std::string::npos) << all;
+  EXPECT_NE(all.find("| fix: memlock unlimited"), std::string::npos) << all;
+  EXPECT_EQ(all.find("h2d-bandwidth"), std::string::npos) << all;
+  EXPECT_NE(t->Text().find("# ---- stoker doctor's findings here"), std::string::npos);
+  EXPECT_NE(t->Text().find("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled"),
+            std::string::npos);
 }
 
 TEST(TuneNode, CliWritesTheFile) {

@@ -124,7 +124,9 @@ has "config rados_osd_op_timeout" "$(ceph_ config get client.job1 rados_osd_op_t
 
 # ---- the job client's rights ------------------------------------------------------
 
-ceph_ auth get client.job1 -o "$dir/client.job1.keyring" 2>/dev/null
+out="$("${tune[@]}" --apply --keyring-out "$dir/client.job1.keyring" 2>&1)"
+has "a second apply changes nothing" "$out" "tune ceph: 0 change\(s\) applied"
+has "--keyring-out writes job1's key, mode 0600" "$(stat -c %a "$dir/client.job1.keyring") $(cat "$dir/client.job1.keyring")" "^600 .*\[client.job1\]"
 head -c $((1 << 20)) /dev/urandom >"$tmp/data"
 check "admin puts a shard into td" rados_as admin -p td put shard-0 "$tmp/data"
 check "job1 reads the data pool" rados_as job1 -p td get shard-0 "$tmp/got"
@@ -134,10 +136,8 @@ check "job1 writes a checkpoint under its prefix" rados_as job1 -p ck put job1/s
 check "job1 lists the checkpoint pool" rados_as job1 -p ck ls
 refused "job1 may not write outside its prefix" rados_as job1 -p ck put job2/step-1 "$tmp/data"
 
-# ---- idempotence, and a change of an existing layout -----------------------------
+# ---- a change of an existing layout (idempotence: the --keyring-out apply above) ---
 
-out="$("${tune[@]}" --apply 2>&1)"
-has "a second apply changes nothing" "$out" "tune ceph: 0 change\(s\) applied"
 out="$("${base[@]}" --replicas 3 --dry-run 2>&1)"
 has "3 copies: size planned" "$out" "osd pool set td size 3"
 has "3 copies: fewer PGs (64)" "$out" "osd pool set td pg_num 64"

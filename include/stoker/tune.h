@@ -69,6 +69,9 @@ struct CephTuneOptions {
   // write in the checkpoint pool. Default: "stoker-job", prefix = the client.
   std::string job_client = "stoker-job";
   std::string job_prefix;
+  // After an apply, write the job client's keyring here (mode 0600), for
+  // the job's `keyring =`. Default: none.
+  std::string job_keyring_out;
 };
 
 // One `ceph` command of a plan.
@@ -142,6 +145,9 @@ struct NodeTuning {
   std::vector<std::string> nccl_env;  // KEY=VALUE
   std::vector<std::string> mps;       // shell commands, for an operator to run
   std::vector<std::string> notes;     // what was found that the lines follow from
+  // The doctor's quick checks (not the measuring ones) that WARN or FAIL
+  // here: "WARN cpu-governor: ... | fix: ...".
+  std::vector<std::string> doctor;
   std::string Text() const;
 };
 

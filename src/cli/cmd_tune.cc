@@ -70,6 +70,8 @@ void RegisterTuneCeph(CLI::App* tune, Action* action) {
       ->capture_default_str();
   cmd->add_option("--client", args->o.job_client, "The per-job client (without client.)")
       ->capture_default_str();
+  cmd->add_option("--keyring-out", args->o.job_keyring_out,
+                  "After --apply, write the job client's keyring here (0600)");
   cmd->add_option("--prefix", args->o.job_prefix,
                   "Object prefix the job may write in the checkpoint pool (default: the client)");
   cmd->callback([args, action] {

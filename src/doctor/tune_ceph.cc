@@ -1,7 +1,11 @@
 // tune ceph: read the cluster through the `ceph` command (JSON), derive the
 // training layout, plan the differences, apply them in order with a check
 // after each group, read everything back.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -553,6 +557,19 @@ Result<CephApplyReport> ApplyCephLayout(const CephTuneOptions& o) {
   }
   STOKER_ASSIGN_OR_RETURN(ClusterState s, ReadState(ceph, o));
   report.read_back = Values(o, p.desired, s);
+  if (!o.job_keyring_out.empty()) {
+    // `auth get` prints the keyring; written here so that it is 0600 from
+    // its first byte.
+    STOKER_ASSIGN_OR_RETURN(std::string keyring,
+                            ceph.Run({"auth", "get", "client." + o.job_client}));
+    const int fd =
+        ::open(o.job_keyring_out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoToStatus(errno, "open " + o.job_keyring_out);
+    const bool ok = ::write(fd, keyring.data(), keyring.size()) == ssize_t(keyring.size());
+    const int err = errno;
+    ::close(fd);
+    if (!ok) return ErrnoToStatus(err, "write " + o.job_keyring_out);
+  }
   for (const auto& v : report.read_back) {
     if (!v.ok()) {
       return Internal("tune ceph: read back " + v.what + " = '" + v.got + "', asked '" + v.want +

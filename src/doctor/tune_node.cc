@@ -32,6 +32,10 @@ Result<std::vector<std::string>> ReadEnvFile(const std::string& path) {
 std::string NodeTuning::Text() const {
   std::string s = "# stoker tune node: settings for this node (nothing here was applied)\n";
   for (const auto& n : notes) s += "#   found: " + n + "\n";
+  if (!doctor.empty()) {
+    s += "\n# ---- stoker doctor's findings here, to fix by hand\n";
+    for (const auto& d : doctor) s += "# " + d + "\n";
+  }
   s += "\n# ---- sysctl: /etc/sysctl.d/90-stoker.conf, then sysctl --system\n";
   for (const auto& l : sysctl) s += l + "\n";
   s += "\n# ---- limits: /etc/security/limits.d/90-stoker.conf (services: LimitMEMLOCK=infinity)\n";
@@ -56,6 +60,20 @@ Result<NodeTuning> PlanNodeTuning(const NodeTuneOptions& o) {
   t.notes.push_back(std::to_string(f.gpus.size()) + " GPU(s), " + std::to_string(f.nics.size()) +
                     " NIC(s)");
   for (const auto& u : f.unreadable) t.notes.push_back("could not read: " + u);
+  // The quick checks' problems, with their fixes (the measuring ones are
+  // for `stoker doctor` itself: they take seconds and need folders).
+  DoctorOptions d;
+  d.env = env;
+  for (const auto& c : DoctorChecks()) {
+    if (!c.exclusive) d.only.push_back(c.name);
+  }
+  if (auto report = RunDoctor(d); report.ok()) {
+    for (const auto& c : report->checks) {
+      if (c.state != CheckState::kWarn && c.state != CheckState::kFail) continue;
+      t.doctor.push_back(std::string(CheckStateName(c.state)) + " " + c.name + ": " + c.summary +
+                         (c.fix.empty() ? "" : " | fix: " + c.fix));
+    }
+  }
 
   // Dirty page cache: the checkpoint writes and the node cache's fills are
   // large sequential writes; bounded dirty bytes (not a share of a large
