@@ -262,6 +262,44 @@ TEST(Doctor, UnsyncedClockFailsButWarnsOnAParavirtualClock) {
   EXPECT_NE(r->checks[0].summary.find("kvm-clock"), std::string::npos);
 }
 
+// Runs that spread over 15% WARN as flapping, even above every floor.
+TEST(Doctor, FlappingCopiesWarn) {
+  TempDir d;
+  fs::copy(Fixture("good"), d.path(),
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  std::ofstream(d.path() / ".stoker/cuda.json")
+      << R"({"gpus": [{"index": 0, "name": "NVIDIA H200", "pci_bus_id": "0000:19:00.0"}],
+             "h2d_gbps": {"0": [55.0, 41.0, 54.8, 55.1, 47.0]}})";
+  DoctorOptions o;
+  o.sysroot = d.str();
+  o.only = {"h2d-bandwidth"};
+  auto r = RunDoctor(o);
+  ASSERT_TRUE(r.ok());
+  const CheckResult& c = r->checks[0];
+  EXPECT_EQ(c.state, CheckState::kWarn) << Describe(c);
+  EXPECT_NE(c.summary.find("spread over 15%"), std::string::npos) << Describe(c);
+  EXPECT_NEAR(c.metrics.at("gpu0_median_gbps"), 54.8, 1e-9);
+  EXPECT_NEAR(c.metrics.at("gpu0_spread"), (55.1 - 41.0) / 54.8, 1e-9);
+}
+
+// Folders and a cluster that cannot be used fail, saying which and why.
+TEST(Doctor, StorageChecksFailOnWhatCannotBeUsed) {
+  TempDir d;
+  DoctorOptions o;
+  o.sysroot = d.str();
+  o.cache_dir = (d.path() / "no-such-folder").string();
+  o.ceph_uri = "file:///tmp/not-ceph";
+  o.only = {"cache-dir-read", "ceph-reach"};
+  auto r = RunDoctor(o);
+  ASSERT_TRUE(r.ok());
+  auto m = ByName(*r);
+  EXPECT_EQ(m.at("cache-dir-read").state, CheckState::kFail) << Describe(m.at("cache-dir-read"));
+  EXPECT_NE(m.at("cache-dir-read").summary.find("no-such-folder is not a folder"),
+            std::string::npos);
+  EXPECT_EQ(m.at("ceph-reach").state, CheckState::kFail) << Describe(m.at("ceph-reach"));
+  EXPECT_NE(m.at("ceph-reach").summary.find("is not a rados:// URI"), std::string::npos);
+}
+
 TEST(Doctor, MissingFilesSkipWithTheReason) {
   TempDir empty;
   DoctorOptions o;
