@@ -114,6 +114,7 @@ struct H2dMeasurement {
   uint64_t bytes = 0;     // one copy's size
   double gbps = 0;        // median of the runs, 1e9 bytes per second
   double best_gbps = 0;   // fastest run
+  std::vector<double> runs;  // each timed run's GB/s, in order (for the spread)
 };
 
 struct H2dReport {

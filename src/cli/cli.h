@@ -37,6 +37,14 @@ void RegisterBenchStorage(CLI::App* bench, Action* action);
 void RegisterBenchH2d(CLI::App* bench, Action* action);
 void RegisterBenchGpuLoader(CLI::App* bench, Action* action);
 
+// `stoker doctor` (cmd_doctor.cc).
+void RegisterDoctor(CLI::App& app, Action* action);
+// `stoker tune` and its children `ceph` and `node` (cmd_tune.cc). Other
+// files add their own children (tune comm) under TuneCommand(app), which
+// makes the `tune` parent the first time and returns it after.
+void RegisterTune(CLI::App& app, Action* action);
+CLI::App* TuneCommand(CLI::App& app);
+
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);
 

@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   RegisterCkpt(app, &action);
   RegisterExporter(app, &action);
   RegisterReport(app, &action);
+  RegisterDoctor(app, &action);
+  RegisterTune(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -123,8 +123,8 @@ Result<H2dReport> BenchH2d(const H2dBenchOptions& o) {
         STOKER_ASSIGN_OR_RETURN(double gbps, TimeCopies(r, dst, src, size, count, k.kind));
         runs.push_back(gbps);
       }
-      report.results.push_back(
-          {k.direction, k.memory, size, Median(runs), *std::max_element(runs.begin(), runs.end())});
+      report.results.push_back({k.direction, k.memory, size, Median(runs),
+                                *std::max_element(runs.begin(), runs.end()), runs});
     }
   }
 
@@ -149,7 +149,7 @@ Result<H2dReport> BenchH2d(const H2dBenchOptions& o) {
         runs.push_back(gbps);
       }
       report.results.push_back(
-          {"h2d", "stoker", size, Median(runs), *std::max_element(runs.begin(), runs.end())});
+          {"h2d", "stoker", size, Median(runs), *std::max_element(runs.begin(), runs.end()), runs});
     }
   }
 
