@@ -28,11 +28,16 @@ void RegisterVerify(CLI::App& app, Action* action);
 void RegisterBench(CLI::App& app, Action* action);
 void RegisterDemo(CLI::App& app, Action* action);
 void RegisterCkpt(CLI::App& app, Action* action);
+// `completion bash`: a completion script from the registered commands.
+void RegisterCompletion(CLI::App& app, Action* action);
 // `bench storage`, registered under the `bench` subcommand.
 void RegisterBenchStorage(CLI::App* bench, Action* action);
 // `bench h2d` and `bench gpu-loader` (GPU delivery), under `bench`.
 void RegisterBenchH2d(CLI::App* bench, Action* action);
 void RegisterBenchGpuLoader(CLI::App* bench, Action* action);
+
+// What `stoker --version` prints: version, build options, git revision.
+std::string VersionText();
 
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);
