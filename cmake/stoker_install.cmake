@@ -187,7 +187,8 @@ add_dependencies(stoker stoker_git_revision)
 target_include_directories(stoker PRIVATE ${PROJECT_BINARY_DIR}/generated)
 target_compile_definitions(stoker PRIVATE STOKER_BUILD_OPTIONS="${STOKER_BUILD_OPTIONS}")
 
-# The CMake package.
+# The CMake package; its components are written space-separated.
+list(JOIN STOKER_BUILT_COMPONENTS " " STOKER_CONFIG_COMPONENTS)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/stokerConfig.cmake.in
   ${PROJECT_BINARY_DIR}/stokerConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/stoker)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/stokerConfigVersion.cmake
