@@ -94,8 +94,8 @@ void RegisterDemo(CLI::App& app, Action* action) {
     uint32_t classes = 10;
     uint32_t batch_size = 64;
     uint32_t threads = 0;
-    uint32_t steps = 30;
-    uint32_t warmup_steps = 8;
+    uint32_t steps = 60;
+    uint32_t warmup_steps = 10;
     uint32_t max_accelerators = 64;
     bool decode = false;
     bool keep = false;
@@ -345,7 +345,7 @@ void RegisterDemo(CLI::App& app, Action* action) {
                   (unsigned long)stoker_ops);
       if (torch.ran) {
         std::printf(
-            "%-28s %14.0f samples/s at num_workers=%u: at most %u accelerators' demand "
+            "%-28s %14.0f samples/s at num_workers=%u: at most %u accelerator(s)' demand "
             "(one process, not run as ranks)\n",
             "torch DataLoader", torch.best_samples_per_second, torch.best_workers,
             uint32_t(torch.best_samples_per_second / demand));

@@ -1,12 +1,18 @@
 #include "cli/demo_torch.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace stoker::cli {
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
+// Debian's interpreter, as for the binding; STOKER_DEMO_PYTHON overrides it
+// (a GPU machine whose torch lives elsewhere).
+std::string Python() {
+  const char* p = std::getenv("STOKER_DEMO_PYTHON");
+  return p && *p ? p : "/usr/bin/python3";
+}
 
 // argv: images round_trip_ms batch steps workers,... ; prints one JSON line.
 constexpr const char* kScript = R"PY(
@@ -57,10 +63,9 @@ TorchPeer RunTorchPeer(const std::filesystem::path& work_dir, const std::string&
   TorchPeer peer;
   const std::string how =
       "to see it: apt-get install python3-torch python3-torchvision (Debian 12)";
-  if (std::system(
-          (std::string(kPython) + " -c 'import torch, torchvision' >/dev/null 2>&1").c_str()) !=
-      0) {
-    peer.note = std::string("not run: ") + kPython + " has no torch/torchvision; " + how;
+  const std::string python = Python();
+  if (std::system((python + " -c 'import torch, torchvision' >/dev/null 2>&1").c_str()) != 0) {
+    peer.note = "not run: " + python + " has no torch/torchvision; " + how;
     return peer;
   }
   const auto script = work_dir / "torch_peer.py";
@@ -71,12 +76,12 @@ TorchPeer RunTorchPeer(const std::filesystem::path& work_dir, const std::string&
   }
   char rtt[32];
   std::snprintf(rtt, sizeof rtt, "%.4f", round_trip_ms);
-  const std::string cmd = std::string(kPython) + " " + script.string() + " '" + images + "' " +
-                          rtt + " " + std::to_string(batch_size) + " " + std::to_string(steps) +
-                          " " + workers + " 2>&1";
+  const std::string cmd = python + " " + script.string() + " '" + images + "' " + rtt + " " +
+                          std::to_string(batch_size) + " " + std::to_string(steps) + " " + workers +
+                          " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
-    peer.note = "not run: could not start " + std::string(kPython);
+    peer.note = "not run: could not start " + python;
     return peer;
   }
   std::string out;

@@ -1,5 +1,6 @@
 // The demo's real peer: PyTorch's DataLoader over the same image files,
-// run by /usr/bin/python3 when it has torch and torchvision.
+// run by /usr/bin/python3 (or $STOKER_DEMO_PYTHON) when it has torch and
+// torchvision.
 #pragma once
 
 #include <filesystem>
