@@ -267,8 +267,8 @@ TEST(DemoTest, JsonHasEveryFigure) {
     EXPECT_GT(s.at("storage_operations").get<uint64_t>(), 0u) << side;
     ASSERT_FALSE(s.at("trials").empty()) << side;
     for (const auto& t : s.at("trials")) {
-      for (const char* k : {"accelerators", "utilisation", "min_rank_utilisation", "samples_per_s",
-                            "wall_seconds", "busy"}) {
+      for (const char* k : {"accelerators", "utilisation", "min_rank_utilisation",
+                            "nominal_compute_share", "samples_per_s", "wall_seconds", "busy"}) {
         EXPECT_TRUE(t.contains(k)) << side << " trial lacks " << k;
       }
     }

@@ -129,12 +129,15 @@ Result<TrainRun> EmulateTraining(const std::function<Result<Batch>()>& next,
 // The accelerators a loader keeps busy, as MLPerf Storage measures it: N
 // emulated accelerators (ranks on this node, one thread and one loader
 // each) each run the emulated training job; the trial passes when their
-// accelerator utilisation (compute time over wall time, summed over ranks)
-// is at least the threshold.
+// accelerator utilisation (the share of wall time not spent waiting for a
+// batch, summed over ranks; a compute sleep that overruns on a loaded
+// machine counts as busy, not against the loader) is at least the
+// threshold.
 struct AcceleratorTrial {
   uint32_t accelerators = 0;
-  double utilisation = 0;         // all ranks: compute / wall
+  double utilisation = 0;         // all ranks: (wall - data wait) / wall
   double min_utilisation = 0;     // the least busy rank
+  double compute_share = 0;       // all ranks: nominal compute time / wall
   double samples_per_second = 0;  // all ranks together
   double wall_seconds = 0;
   std::vector<TrainRun> ranks;

@@ -42,18 +42,22 @@ Result<AcceleratorTrial> RunAccelerators(uint32_t accelerators,
   AcceleratorTrial trial;
   trial.accelerators = accelerators;
   trial.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  double compute = 0, wall = 0, samples_per_second = 0;
+  double compute = 0, nominal = 0, wall = 0, samples_per_second = 0;
   trial.min_utilisation = 1;
   for (auto& r : results) {
     if (!r.ok()) return r.status();
     if (r->steps < steps) return OutOfRange("the data ran out before the measured steps ended");
-    compute += r->compute_seconds;
+    // Busy = not waiting for a batch: a sleep that overruns on a loaded
+    // machine is the emulated accelerator's, not the loader's.
+    compute += r->wall_seconds - r->wait_seconds;
+    nominal += r->compute_seconds;
     wall += r->wall_seconds;
     samples_per_second += r->samples_per_second();
-    trial.min_utilisation = std::min(trial.min_utilisation, r->accelerator_utilisation());
+    trial.min_utilisation = std::min(trial.min_utilisation, 1 - r->data_wait_share());
     trial.ranks.push_back(*r);
   }
   trial.utilisation = wall > 0 ? compute / wall : 0;
+  trial.compute_share = wall > 0 ? nominal / wall : 0;
   trial.samples_per_second = samples_per_second;
   return trial;
 }

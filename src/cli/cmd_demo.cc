@@ -70,6 +70,7 @@ nlohmann::json TrialJson(const AcceleratorTrial& t) {
   return {{"accelerators", t.accelerators},
           {"utilisation", t.utilisation},
           {"min_rank_utilisation", t.min_utilisation},
+          {"nominal_compute_share", t.compute_share},
           {"samples_per_s", t.samples_per_second},
           {"wall_seconds", t.wall_seconds},
           {"busy", t.utilisation >= kBusyThreshold}};
