@@ -249,8 +249,9 @@ void RegisterDemo(CLI::App& app, Action* action) {
 
       auto round_trip = std::make_shared<RoundTrip>(
           std::chrono::microseconds(emulate ? int64_t(args->round_trip_ms * 1000 + 0.5) : 0));
-      std::shared_ptr<Store> stoker_store = emulate ? NewLatencyStore(store, round_trip) : store;
-      std::shared_ptr<RoundTrip> per_file_round_trip = emulate ? round_trip : nullptr;
+      // Without the emulation the round trip is 0: it only counts operations.
+      std::shared_ptr<Store> stoker_store = NewLatencyStore(store, round_trip);
+      std::shared_ptr<RoundTrip> per_file_round_trip = round_trip;
       LoaderOptions base;
       base.batch_size = args->batch_size;
       if (args->decode) base.decode.field = "image";
