@@ -37,6 +37,7 @@
 #include "stoker/format.h"
 #include "stoker/gpu.h"
 #include "stoker/loader.h"
+#include "stoker/metrics.h"
 #include "stoker/pack.h"
 #include "stoker/status.h"
 #include "stoker/store.h"
@@ -392,7 +393,7 @@ class LoaderHandle {
   LoaderHandle(const std::string& uri, const LoaderOptions& options) {
     Result<std::unique_ptr<Loader>> r = [&] {
       py::gil_scoped_release release;
-      return Loader::Open(uri, options);
+      return metrics::OpenLoader(uri, options);  // metered when metrics are on
     }();
     loader_ = Unwrap(std::move(r));
     info_ = ManifestDict(uri, loader_->manifest());
@@ -435,6 +436,8 @@ class LoaderHandle {
     d["samples_delivered"] = s.samples_delivered;
     d["batches_delivered"] = s.batches_delivered;
     d["read_retries"] = s.read_retries;
+    d["decode_skipped"] = s.decode_skipped;
+    d["shared_batches"] = s.shared_batches;
     d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
     d["peak_buffer_bytes"] = s.peak_buffer_bytes;
     d["h2d_bytes"] = s.h2d_bytes;
@@ -875,6 +878,79 @@ std::unique_ptr<CheckpointerHandle> MakeCheckpointer(const std::string& uri, uin
 }  // namespace
 }  // namespace stoker::python
 
+// ---- metrics (stoker.metrics is the Python side) ----
+namespace stoker::python {
+
+void RegisterMetrics(py::module_& m) {
+  namespace sm = stoker::metrics;
+  m.def(
+      "_metrics_enable",
+      [](std::string dir, double interval_s, std::string job, int64_t rank) {
+        sm::Options o;
+        o.dir = std::move(dir);
+        o.interval = std::chrono::milliseconds(int64_t(interval_s * 1000));
+        o.job = std::move(job);
+        o.rank = rank;
+        Check(sm::Enable(o));
+      },
+      py::arg("dir"), py::arg("interval_s"), py::arg("job"), py::arg("rank"));
+  m.def("_metrics_disable", [] {
+    py::gil_scoped_release release;
+    sm::Disable();
+  });
+  m.def("_metrics_enabled", &sm::Enabled);
+  m.def("_metrics_path", &sm::PublishedPath);
+  m.def("_metrics_exposition", [] {
+    py::gil_scoped_release release;
+    return sm::Exposition();
+  });
+  m.def("_checkpoint_stall", &sm::RecordCheckpointStall, py::arg("seconds"));
+  m.def("_checkpoint_end", &sm::RecordCheckpointEnd, py::arg("ok"), py::arg("bytes"),
+        py::arg("seconds"));
+  m.def(
+      "_timeline_start", [](std::string log) { Check(sm::StepTimeline::Get().Start(log)); },
+      py::arg("log"));
+  m.def("_timeline_stop", [] { sm::StepTimeline::Get().Stop(); });
+  m.def("_timeline_active", [] { return sm::StepTimeline::Get().active(); });
+  m.def(
+      "_timeline_set_gpu", [](int i) { sm::StepTimeline::Get().SetGpu(i); }, py::arg("index"));
+  // Intervals in time.monotonic_ns() (CLOCK_MONOTONIC, steady_clock's clock).
+  m.def(
+      "_timeline_add",
+      [](int phase, int64_t begin_ns, int64_t end_ns) {
+        if (phase < 0 || phase >= sm::kPhases) Check(InvalidArgument("no such phase"));
+        sm::StepTimeline::Get().Add(sm::Phase(phase),
+                                    Clock::time_point(std::chrono::nanoseconds(begin_ns)),
+                                    Clock::time_point(std::chrono::nanoseconds(end_ns)));
+      },
+      py::arg("phase"), py::arg("begin_ns"), py::arg("end_ns"));
+  auto record = [](const sm::StepRecord& r) {
+    py::dict d;
+    d["step"] = r.step;
+    d["seconds"] = r.seconds;
+    for (int p = 0; p < sm::kPhases; ++p)
+      d[py::str(std::string(sm::PhaseName(sm::Phase(p))))] = r.phase[p];
+    d["other"] = r.other;
+    d["samples"] = r.samples;
+    d["bytes"] = r.bytes;
+    d["h2d_copy_seconds"] = r.h2d_copy_seconds;
+    if (r.gpu_utilization >= 0) d["gpu_utilization"] = r.gpu_utilization;
+    return d;
+  };
+  m.def("_timeline_mark", [record] { return record(sm::StepTimeline::Get().Mark()); });
+  m.def("_timeline_totals", [record] { return record(sm::StepTimeline::Get().Totals()); });
+  m.def("_timeline_phases", [] {
+    py::list l;
+    for (int p = 0; p < sm::kPhases; ++p) l.append(std::string(sm::PhaseName(sm::Phase(p))));
+    return l;
+  });
+  m.def(
+      "_write_report", [](std::string log, std::string out) { Check(sm::WriteReport(log, out)); },
+      py::arg("run_log"), py::arg("html_path"));
+}
+
+}  // namespace stoker::python
+
 PYBIND11_MODULE(_stoker, m) {
   using namespace stoker::python;
   namespace st = stoker;
@@ -982,4 +1058,5 @@ PYBIND11_MODULE(_stoker, m) {
       "_validate_checkpoint_name",
       [](std::string_view name) { Check(st::ValidateCheckpointName(name)); }, py::arg("name"));
   // ---- end of checkpoints ----
+  stoker::python::RegisterMetrics(m);
 }

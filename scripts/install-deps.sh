@@ -14,6 +14,10 @@ full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
   dataset-fashion-mnist procps e2fsprogs mount)
 # The install test (tests/install): a fresh Debian 12 root for the .deb files.
 full+=(debootstrap)
+# Metrics: prometheus-cpp renders the text format (core); the tests run a real
+# Prometheus and render the report in headless Chromium.
+core+=(prometheus-cpp-dev)
+full+=(prometheus chromium)
 
 pkgs=("${core[@]}")
 if [[ "${1:-}" == "--all" ]]; then pkgs+=("${full[@]}"); fi

@@ -312,12 +312,15 @@ class Loader:
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.
       reads_in_flight: whole-shard reads outstanding.
-      memory_budget: bytes for shard and batch buffers (the loader refuses a
-        budget too small for the shuffle window, naming what it needs).
+      memory_budget: bytes for shard and batch buffers; 0 (default) sizes it
+        from the dataset and the machine (see LoaderOptions::memory_budget).
+        An explicit budget too small for the shuffle window is refused,
+        naming what it needs.
       prefetch: batches built ahead of the consumer.
       shuffle_window: shards whose samples are mixed together.
-      read_retries, read_timeout: a shard read that fails with a retryable
-        error is tried again this many times; one read's deadline (seconds).
+      read_retries, read_timeout: a read that fails with a retryable error
+        is tried again this many times (0: never); one read's deadline
+        (seconds), retries included.
       direct_io: read shards with O_DIRECT (local files).
       read_unit: "auto" (default), "shard" or "sample". "shard" reads each
         shard whole and copies its records into batches; "sample" reads only
@@ -340,7 +343,7 @@ class Loader:
 
     def __init__(self, uri, batch_size, *, shuffle=True, seed=0, rank=None, world_size=None,
                  drop_last=False, decode=None, fields=None, format="numpy", threads=0,
-                 reads_in_flight=8, memory_budget=512 << 20, prefetch=4, shuffle_window=8,
+                 reads_in_flight=8, memory_budget=0, prefetch=4, shuffle_window=8,
                  read_retries=3, read_timeout=60.0, direct_io=False, store=None,
                  device=None, device_memory_budget=0, read_unit="auto"):
         self._impl = None  # so close() and __repr__ work if a check below raises
@@ -395,7 +398,7 @@ class Loader:
             shuffle_window_shards=shuffle_window, rank=self.rank, world_size=self.world_size,
             drop_last=self.drop_last,
             reads_in_flight=_int("reads_in_flight", reads_in_flight, 1),
-            memory_budget=_int("memory_budget", memory_budget, 1, _U64),
+            memory_budget=_int("memory_budget", memory_budget, 0, _U64),
             prefetch_batches=_int("prefetch", prefetch, 0),
             threads=_int("threads", threads, 0, 4096), direct_io=_bool("direct_io", direct_io),
             fields=fields or [], decode_field=decode_field, decode_height=decode_height,
@@ -546,7 +549,9 @@ class Loader:
     def stats(self):
         """Counters: shards_read, bytes_read, samples_delivered, batches_delivered,
         read_retries, wait_seconds (time spent blocked waiting for a batch),
-        peak_buffer_bytes; with a device also h2d_bytes, h2d_seconds (copy
+        peak_buffer_bytes, decode_skipped (corrupt images zero-filled with
+        skip_corrupt), shared_batches (batches built by more than one
+        worker); with a device also h2d_bytes, h2d_seconds (copy
         engine busy time), device_bytes, peak_device_bytes, pinned_bytes."""
         return self._impl.stats()
 

@@ -30,6 +30,9 @@ void RegisterDemo(CLI::App& app, Action* action);
 void RegisterCkpt(CLI::App& app, Action* action);
 // `completion bash`: a completion script from the registered commands.
 void RegisterCompletion(CLI::App& app, Action* action);
+// `exporter` and `report` (metrics).
+void RegisterExporter(CLI::App& app, Action* action);
+void RegisterReport(CLI::App& app, Action* action);
 // `bench storage`, registered under the `bench` subcommand.
 void RegisterBenchStorage(CLI::App* bench, Action* action);
 // `bench h2d` and `bench gpu-loader` (GPU delivery), under `bench`.

@@ -10,7 +10,7 @@ namespace stoker::cli {
 
 struct LoaderFlags {
   LoaderOptions options;
-  double budget_mib = 512;
+  double budget_mib = 0;  // 0: automatic (LoaderOptions::memory_budget)
   std::string decode_size = "224x224";
   bool decode = false;
   bool no_shuffle = false;
@@ -21,7 +21,9 @@ struct LoaderFlags {
         ->capture_default_str();
     cmd->add_option("--reads-in-flight", options.reads_in_flight, "Whole-shard reads in flight")
         ->capture_default_str();
-    cmd->add_option("--budget-mib", budget_mib, "Memory budget for shard and batch buffers")
+    cmd->add_option("--budget-mib", budget_mib,
+                    "Memory budget for shard and batch buffers (0 = sized from the dataset and the "
+                    "machine)")
         ->capture_default_str();
     cmd->add_option("--window", options.shuffle_window_shards, "Shuffle window in shards")
         ->capture_default_str();
