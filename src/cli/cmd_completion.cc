@@ -99,7 +99,8 @@ void RegisterCompletion(CLI::App& app, Action* action) {
                          "share/bash-completion/completions/stoker");
   cmd->add_option("SHELL", *shell, "The shell (bash)")->required()->check(CLI::IsMember({"bash"}));
   CLI::App* root = &app;
-  cmd->callback([root, action] {
+  // `shell` is captured so that it outlives this function: CLI11 writes to it.
+  cmd->callback([root, action, shell] {
     *action = [root] {
       std::fputs(BashScript(root).c_str(), stdout);
       return 0;
