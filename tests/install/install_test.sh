@@ -79,9 +79,13 @@ for link in stoker::stoker stoker::stoker_static; do
   "$b/consumer" "$b/work" || fail "the $link consumer did not run"
 done
 # The shared consumer runs on the installed libstoker, the static one on none.
-ldd "$tmp/consumer-stoker/consumer" | grep -q "$prefix/$libdir/libstoker.so.0" ||
+# (ldd's output taken whole first: grep -q would end the pipe early, and
+# pipefail would report ldd's SIGPIPE as a failure.)
+deps=$(ldd "$tmp/consumer-stoker/consumer")
+grep -q "$prefix/$libdir/libstoker.so.0" <<<"$deps" ||
   fail "the find_package consumer does not load $prefix/$libdir/libstoker.so.0"
-if ldd "$tmp/consumer-stoker_static/consumer" | grep -q libstoker; then
+deps=$(ldd "$tmp/consumer-stoker_static/consumer")
+if grep -q libstoker <<<"$deps"; then
   fail "the static consumer loads libstoker.so"
 fi
 
@@ -118,7 +122,7 @@ if [[ -n "$built" ]]; then
   probe "$prefix" "$built" || { cat "$tmp/probe.log"; fail "asking for the built components ($built) failed"; }
 fi
 # CMake wraps the package's message: compare with the lines joined.
-said() { tr -s ' \n' '  ' <"$tmp/probe.log" | grep -qF "$1"; }
+said() { grep -qF "$1" <<<"$(tr -s ' \n' '  ' <"$tmp/probe.log")"; }
 probe "$prefix" "nosuchpart" && fail "an unknown component was accepted"
 said "no component 'nosuchpart'" || { cat "$tmp/probe.log"; fail "no message naming the unknown component"; }
 # A component not built: one this build lacks, else the same package with
@@ -145,7 +149,8 @@ if ((python_built)); then
   step "/usr/bin/python3 -c 'import stoker' from the prefix, build folder hidden"
   pydir=$prefix/lib/python3/dist-packages
   ext=$(ls "$pydir"/stoker/_stoker*.so)
-  if readelf -d "$ext" | grep -E 'R(UN)?PATH' | grep -q "$build"; then
+  rpath=$(readelf -d "$ext" | grep -E 'R(UN)?PATH' || true)
+  if grep -q "$build" <<<"$rpath"; then
     fail "the installed extension has an RPATH into the build folder"
   fi
   cat >"$tmp/py_check.py" <<'EOF'
