@@ -12,6 +12,8 @@ full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
   pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch python3-torchvision
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist procps e2fsprogs mount)
+# The install test (tests/install): a fresh Debian 12 root for the .deb files.
+full+=(debootstrap)
 # Metrics: prometheus-cpp renders the text format (core); the tests run a real
 # Prometheus and render the report in headless Chromium.
 core+=(prometheus-cpp-dev)

@@ -11,6 +11,7 @@
 // Loader; the functions are reentrant.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -34,13 +35,49 @@ ProcessUsage GetProcessUsage();
 // false where the kernel does not allow it.
 bool ResetPeakRss();
 
+// An emulated storage round trip: a fixed latency that every operation pays
+// on top of its local cost, as each metadata or data request to a network
+// file system or object store does. Counts the operations that paid it, so
+// tests and reports can check that both sides of a comparison paid per
+// operation. Thread-safe.
+class RoundTrip {
+ public:
+  explicit RoundTrip(std::chrono::microseconds latency) : latency_(latency) {}
+  // Counts one operation and sleeps for the latency (no CPU, as a wait on
+  // the network takes none).
+  void Pay();
+  // Counts one operation whose latency the caller waits for itself (an
+  // asynchronous read held until its due time).
+  void Count() { operations_.fetch_add(1, std::memory_order_relaxed); }
+  std::chrono::microseconds latency() const { return latency_; }
+  uint64_t operations() const { return operations_.load(std::memory_order_relaxed); }
+
+ private:
+  const std::chrono::microseconds latency_;
+  std::atomic<uint64_t> operations_{0};
+};
+
+// A store whose every operation pays `round_trip` (see RoundTrip): Read,
+// ReadAll, Stat, List, Put, Remove, and each request submitted to a read
+// queue, which completes no earlier than the latency after the target store
+// completed it (requests in flight wait out their round trips together, as
+// asynchronous requests to a network store do).
+std::shared_ptr<Store> NewLatencyStore(std::shared_ptr<Store> target,
+                                       std::shared_ptr<RoundTrip> round_trip);
+
 class PerFileLoader {
  public:
   // Uses batch_size, shuffle, seed, threads, prefetch_batches and decode
   // from `options`; fields are "image" (bytes) and "label" (int64), as pack
   // makes them. The order is a full shuffle (a DataLoader's RandomSampler).
+  // With `round_trip`, each file's open + read pays it once (the emulated
+  // network file system of `stoker demo`). With `files`, each source path
+  // is a key of that store, read whole (one object per sample, as per-file
+  // reads from an object store are), instead of a local file.
   static Result<std::unique_ptr<PerFileLoader>> Open(PackSources sources,
-                                                     const LoaderOptions& options);
+                                                     const LoaderOptions& options,
+                                                     std::shared_ptr<RoundTrip> round_trip = {},
+                                                     std::shared_ptr<Store> files = {});
   virtual ~PerFileLoader() = default;
   virtual Status StartEpoch(uint64_t epoch) = 0;
   // OutOfRange at the end of the epoch.
@@ -88,6 +125,46 @@ struct TrainRun {
 };
 Result<TrainRun> EmulateTraining(const std::function<Result<Batch>()>& next,
                                  std::chrono::microseconds compute_per_step, uint64_t max_steps);
+
+// The accelerators a loader keeps busy, as MLPerf Storage measures it: N
+// emulated accelerators (ranks on this node, one thread and one loader
+// each) each run the emulated training job; the trial passes when their
+// accelerator utilisation (the share of wall time not spent waiting for a
+// batch, summed over ranks; a compute sleep that overruns on a loaded
+// machine counts as busy, not against the loader) is at least the
+// threshold.
+struct AcceleratorTrial {
+  uint32_t accelerators = 0;
+  double utilisation = 0;         // all ranks: (wall - data wait) / wall
+  double min_utilisation = 0;     // the least busy rank
+  double compute_share = 0;       // all ranks: nominal compute time / wall
+  double samples_per_second = 0;  // all ranks together
+  double wall_seconds = 0;
+  std::vector<TrainRun> ranks;
+};
+
+// Runs `accelerators` ranks at once. Each rank calls open(rank) on its own
+// thread to get its batch source, runs `warmup_steps` steps (not measured:
+// loader start and first reads), then `steps` measured steps of
+// `compute_per_step` each.
+using BatchSource = std::function<Result<Batch>()>;
+Result<AcceleratorTrial> RunAccelerators(uint32_t accelerators,
+                                         const std::function<Result<BatchSource>(uint32_t)>& open,
+                                         std::chrono::microseconds compute_per_step,
+                                         uint32_t warmup_steps, uint32_t steps);
+
+struct AcceleratorSearch {
+  std::vector<AcceleratorTrial> trials;  // in the order run
+  uint32_t supported = 0;                // largest passing count; 0 if none
+};
+
+// Tries 1, 2, 4, ... accelerators (never more than `max_accelerators`),
+// stopping at the first count whose utilisation is below `threshold`: more
+// ranks only add load, so a count that fails is not followed by one that
+// passes, and the search never runs a trial it does not need.
+Result<AcceleratorSearch> SearchAccelerators(
+    const std::function<Result<AcceleratorTrial>(uint32_t)>& trial, double threshold,
+    uint32_t max_accelerators);
 
 // Writes an ImageFolder tree of synthetic JPEGs under `root`
 // (root/class_NN/img_NNNNNN.jpg): varied sizes (about 100 KB, 250-700 px a

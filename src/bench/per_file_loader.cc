@@ -24,8 +24,12 @@ namespace {
 
 class PerFileLoaderImpl final : public PerFileLoader {
  public:
-  PerFileLoaderImpl(PackSources sources, LoaderOptions options)
-      : sources_(std::move(sources)), options_(std::move(options)) {
+  PerFileLoaderImpl(PackSources sources, LoaderOptions options,
+                    std::shared_ptr<RoundTrip> round_trip, std::shared_ptr<Store> files)
+      : sources_(std::move(sources)),
+        options_(std::move(options)),
+        round_trip_(std::move(round_trip)),
+        files_(std::move(files)) {
     columns_ = {{"image", format::FieldType::kBytes, !options_.decode.field.empty()},
                 {"label", format::FieldType::kInt64, false}};
     pool_ = std::make_shared<BufferPool>(kColumnAlignment, options_.prefetch_batches + 2, true);
@@ -98,7 +102,14 @@ class PerFileLoaderImpl final : public PerFileLoader {
       for (uint64_t k = 0; k < count && st.ok(); ++k) {
         ids[k] = order_[first + k];
         const PackSource& src = sources_.files[ids[k]];
-        st = internal::ReadWholeFile(src.path, &files[k]);  // as Python does
+        if (round_trip_) round_trip_->Pay();  // the file's open + read
+        if (files_) {
+          auto object = files_->ReadAll(src.path);
+          st = object.status();
+          if (object.ok()) files[k] = std::move(*object);
+        } else {
+          st = internal::ReadWholeFile(src.path, &files[k]);  // as Python does
+        }
         bytes_read_ += files[k].size();
         labels[k] = src.label;
       }
@@ -124,6 +135,8 @@ class PerFileLoaderImpl final : public PerFileLoader {
 
   const PackSources sources_;
   const LoaderOptions options_;
+  const std::shared_ptr<RoundTrip> round_trip_;
+  const std::shared_ptr<Store> files_;
   std::vector<ColumnSpec> columns_;
   std::shared_ptr<BufferPool> pool_;
   std::vector<uint64_t> order_;
@@ -141,10 +154,13 @@ class PerFileLoaderImpl final : public PerFileLoader {
 }  // namespace
 
 Result<std::unique_ptr<PerFileLoader>> PerFileLoader::Open(PackSources sources,
-                                                           const LoaderOptions& options) {
+                                                           const LoaderOptions& options,
+                                                           std::shared_ptr<RoundTrip> round_trip,
+                                                           std::shared_ptr<Store> files) {
   if (options.batch_size == 0) return InvalidArgument("batch_size must be at least 1");
   if (sources.files.empty()) return InvalidArgument("no files");
-  auto impl = std::make_unique<PerFileLoaderImpl>(std::move(sources), options);
+  auto impl = std::make_unique<PerFileLoaderImpl>(std::move(sources), options,
+                                                  std::move(round_trip), std::move(files));
   STOKER_RETURN_IF_ERROR(impl->StartEpoch(0));
   return std::unique_ptr<PerFileLoader>(std::move(impl));
 }

@@ -28,6 +28,8 @@ void RegisterVerify(CLI::App& app, Action* action);
 void RegisterBench(CLI::App& app, Action* action);
 void RegisterDemo(CLI::App& app, Action* action);
 void RegisterCkpt(CLI::App& app, Action* action);
+// `completion bash`: a completion script from the registered commands.
+void RegisterCompletion(CLI::App& app, Action* action);
 // `exporter` and `report` (metrics).
 void RegisterExporter(CLI::App& app, Action* action);
 void RegisterReport(CLI::App& app, Action* action);
@@ -44,6 +46,9 @@ void RegisterDoctor(CLI::App& app, Action* action);
 // makes the `tune` parent the first time and returns it after.
 void RegisterTune(CLI::App& app, Action* action);
 CLI::App* TuneCommand(CLI::App& app);
+
+// What `stoker --version` prints: version, build options, git revision.
+std::string VersionText();
 
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);

@@ -28,7 +28,7 @@ std::string HumanBytes(double bytes) {
 int main(int argc, char** argv) {
   using namespace stoker::cli;
   CLI::App app{"stoker: keeps GPUs fed (pack, inspect, verify, bench, ckpt, demo)", "stoker"};
-  app.set_version_flag("--version", std::string("stoker ") + STOKER_VERSION);
+  app.set_version_flag("--version", VersionText());
   app.require_subcommand(1);
   Action action;
   RegisterPack(app, &action);
@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   RegisterBenchGpuLoader(app.get_subcommand("bench"), &action);
   RegisterDemo(app, &action);
   RegisterCkpt(app, &action);
+  RegisterCompletion(app, &action);
   RegisterExporter(app, &action);
   RegisterReport(app, &action);
   RegisterDoctor(app, &action);
