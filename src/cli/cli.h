@@ -34,6 +34,11 @@ void RegisterBenchStorage(CLI::App* bench, Action* action);
 void RegisterBenchH2d(CLI::App* bench, Action* action);
 void RegisterBenchGpuLoader(CLI::App* bench, Action* action);
 
+// `bench comm` (collectives), under `bench`; `topo` and `tune comm` (comm).
+void RegisterBenchComm(CLI::App* bench, Action* action);
+void RegisterTopo(CLI::App& app, Action* action);
+void RegisterTuneComm(CLI::App& app, Action* action);
+
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);
 

@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   RegisterBenchGpuLoader(app.get_subcommand("bench"), &action);
   RegisterDemo(app, &action);
   RegisterCkpt(app, &action);
+  RegisterBenchComm(app.get_subcommand("bench"), &action);
+  RegisterTopo(app, &action);
+  RegisterTuneComm(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
