@@ -53,7 +53,7 @@ namespace stoker {
 enum class CommOp { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll, kSendRecv };
 enum class CommDtype { kFloat32, kBFloat16, kFloat16, kInt32 };
 
-std::string_view CommOpName(CommOp op);  // "allreduce", ...
+std::string_view CommOpName(CommOp op);           // "allreduce", ...
 std::string_view CommDtypeName(CommDtype dtype);  // "float32", ...
 Result<CommOp> ParseCommOp(std::string_view name);
 Result<CommDtype> ParseCommDtype(std::string_view name);
@@ -67,11 +67,11 @@ struct CommBenchOptions {
   std::string backend = "mpi";  // "mpi" or "nccl"
   std::vector<CommOp> ops = AllCommOps();
   std::vector<CommDtype> dtypes = {CommDtype::kFloat32};
-  uint64_t min_bytes = 8;         // Default: 8 B (nccl-tests' -b)
+  uint64_t min_bytes = 8;           // Default: 8 B (nccl-tests' -b)
   uint64_t max_bytes = 1ull << 30;  // Default: 1 GiB (nccl-tests' -e 1G)
-  double step_factor = 2;         // Default: 2, sizes doubling (nccl-tests' -f 2)
-  int warmup = 5;                 // Default: 5 untimed runs per size (nccl-tests' -w)
-  int iters = 20;                 // Default: 20 timed runs per size (nccl-tests' -n)
+  double step_factor = 2;           // Default: 2, sizes doubling (nccl-tests' -f 2)
+  int warmup = 5;                   // Default: 5 untimed runs per size (nccl-tests' -w)
+  int iters = 20;                   // Default: 20 timed runs per size (nccl-tests' -n)
   // Seconds without progress after which a rank gives up (see above).
   // Default: 120 s: longer than NCCL's communicator set-up on a large job.
   double timeout_s = 120;
@@ -84,11 +84,11 @@ struct CommBenchOptions {
 struct CommResult {
   CommOp op;
   CommDtype dtype;
-  uint64_t bytes = 0;    // nccl-tests' size (see above)
-  uint64_t count = 0;    // elements per rank buffer, as the API call takes it
-  double time_us = 0;    // mean per iteration, averaged over ranks
+  uint64_t bytes = 0;      // nccl-tests' size (see above)
+  uint64_t count = 0;      // elements per rank buffer, as the API call takes it
+  double time_us = 0;      // mean per iteration, averaged over ranks
   double max_time_us = 0;  // the slowest rank's mean
-  double algbw_gbps = 0;  // GB/s, 1e9 bytes
+  double algbw_gbps = 0;   // GB/s, 1e9 bytes
   double busbw_gbps = 0;
 };
 
@@ -126,5 +126,78 @@ Result<CommReport> RunCommBench(const CommBenchOptions& options);
 
 // The sizes of the sweep: min, min x factor, ..., up to max (max included).
 std::vector<uint64_t> CommSizes(const CommBenchOptions& options);
+
+// ---- tuning ---------------------------------------------------------------
+//
+// NCCL reads NCCL_ALGO / NCCL_PROTO, and Open MPI its MCA parameters, once,
+// when the communicator (MPI) starts; so each setting is measured by a fresh
+// job: `launcher stoker bench comm ... --json` with the setting in its
+// environment (mpirun also gets `-x VAR` for each, for other nodes). The
+// settings are run in turn, `repeats` rounds over all of them, so that drift
+// of the machine spreads over all settings alike.
+
+struct CommTuneSetting {
+  std::string name;                        // "default", "Ring/LL128", "ring (4)"
+  std::map<std::string, std::string> env;  // empty for the default
+};
+
+// Settings to sweep: nccl: NCCL_ALGO in Ring, Tree, NVLS, CollnetDirect,
+// CollnetChain x NCCL_PROTO in Simple, LL, LL128 (a pair the machine lacks
+// fails its runs and is reported as unavailable); mpi: Open MPI's tuned
+// allreduce algorithms 1-6. The default (no variable set) comes first.
+Result<std::vector<CommTuneSetting>> CommTuneSettings(const std::string& backend, CommOp op);
+
+struct CommTuneOptions {
+  std::string backend = "nccl";
+  // The command that starts the job, e.g. {"mpirun", "-np", "8"} or
+  // {"torchrun", "--nproc-per-node", "8", "--no-python"}. Required.
+  std::vector<std::string> launcher;
+  std::string stoker = "/proc/self/exe";  // the binary the job runs
+  CommOp op = CommOp::kAllReduce;
+  CommDtype dtype = CommDtype::kFloat32;
+  uint64_t min_bytes = 25ull << 20;  // Default: 25 MiB, DDP's gradient bucket
+  uint64_t max_bytes = 25ull << 20;
+  double step_factor = 4;
+  int repeats = 3;  // Default: 3 runs of every setting
+  int warmup = 5;
+  int iters = 20;
+  double timeout_s = 300;  // a child job taking longer is killed, its setting failed
+  // Only these settings (names as CommTuneSettings gives them), plus the
+  // default; empty: all.
+  std::vector<std::string> only;
+};
+
+struct CommTuneSize {
+  uint64_t bytes = 0;
+  double default_busbw = 0;   // median over repeats, GB/s
+  double default_spread = 0;  // (max - min) / median of the default's runs
+  std::string best;           // the setting with the highest median
+  double best_busbw = 0;
+  double best_spread = 0;
+  double gain = 0;             // best / default - 1
+  bool beats_default = false;  // gain above both spreads
+};
+
+struct CommTuneReport {
+  std::vector<CommTuneSetting> settings;
+  std::vector<std::string> unavailable;  // "NVLS/LL: <why>"
+  // Every run: busbw[setting][size index][repeat], GB/s.
+  std::vector<std::vector<std::vector<double>>> busbw;
+  std::vector<CommTuneSize> sizes;
+  // The setting for the environment file: the one whose geometric mean
+  // gain over the sizes is highest, if it beats the default beyond the
+  // noise (the mean spread); else the default.
+  CommTuneSetting recommended;
+  double recommended_gain = 0;
+  double noise = 0;
+  int world_size = 0;
+};
+
+Result<CommTuneReport> TuneComm(const CommTuneOptions& options);
+
+// The environment file for `report`: comments saying what was measured,
+// then `export VAR=value` per variable of the recommended setting (none
+// when the default is best).
+std::string CommTuneEnvFile(const CommTuneOptions& options, const CommTuneReport& report);
 
 }  // namespace stoker

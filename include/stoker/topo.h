@@ -24,16 +24,16 @@ namespace stoker {
 
 struct TopoNuma {
   int index = 0;
-  std::vector<int> cpus;     // logical CPU (PU) numbers
-  int cores = 0;             // physical cores
+  std::vector<int> cpus;  // logical CPU (PU) numbers
+  int cores = 0;          // physical cores
   uint64_t memory_bytes = 0;
 };
 
 struct TopoDevice {
-  std::string kind;   // "gpu" or "nic"
-  std::string pci;    // "0000:17:00.0"
-  std::string name;   // "NVIDIA H200", "mlx5_0 / ib0", "eth0"
-  int numa = -1;      // -1: not attached to one (virtual machines)
+  std::string kind;       // "gpu" or "nic"
+  std::string pci;        // "0000:17:00.0"
+  std::string name;       // "NVIDIA H200", "mlx5_0 / ib0", "eth0"
+  int numa = -1;          // -1: not attached to one (virtual machines)
   std::vector<int> cpus;  // the CPUs local to it
 };
 

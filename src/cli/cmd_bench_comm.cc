@@ -101,7 +101,8 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
   cmd->add_option("--backend", args->backend, "mpi (host memory) or nccl (device memory)")
       ->capture_default_str();
   cmd->add_option("--ops", args->ops, "comma-separated operations, or all")->capture_default_str();
-  cmd->add_option("--dtypes", args->dtypes, "float32, bfloat16, float16, int32 (comma list), or all")
+  cmd->add_option("--dtypes", args->dtypes,
+                  "float32, bfloat16, float16, int32 (comma list), or all")
       ->capture_default_str();
   cmd->add_option("--min", args->min, "smallest size (nccl-tests' -b)")->capture_default_str();
   cmd->add_option("--max", args->max, "largest size (nccl-tests' -e)")->capture_default_str();
@@ -159,8 +160,8 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
         std::printf("%14s %9s %13llu %12llu %12.2f %12.3f %12.3f %12.2f\n",
                     Name(CommOpName(x.op)).c_str(), Name(CommDtypeName(x.dtype)).c_str(),
                     static_cast<unsigned long long>(x.bytes),
-                    static_cast<unsigned long long>(x.count), x.time_us, x.algbw_gbps,
-                    x.busbw_gbps, x.max_time_us);
+                    static_cast<unsigned long long>(x.count), x.time_us, x.algbw_gbps, x.busbw_gbps,
+                    x.max_time_us);
       }
       std::printf("# every result checked: %zu sizes, 0 wrong\n", r.results.size());
       return 0;

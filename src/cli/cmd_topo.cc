@@ -85,11 +85,13 @@ int Check(double timeout, bool json) {
   } else if (off > 0) {
     std::string names;
     for (const auto& c : *checks) {
-      if (!c.problems.empty()) names += (names.empty() ? "" : ", ") + std::to_string(c.binding.rank);
+      if (!c.problems.empty())
+        names += (names.empty() ? "" : ", ") + std::to_string(c.binding.rank);
     }
-    std::printf("%d of %zu ranks are off their GPU's/NIC's NUMA node: ranks %s (stoker topo shows "
-                "the binding to use)\n",
-                off, checks->size(), names.c_str());
+    std::printf(
+        "%d of %zu ranks are off their GPU's/NIC's NUMA node: ranks %s (stoker topo shows "
+        "the binding to use)\n",
+        off, checks->size(), names.c_str());
   } else {
     std::printf("all %zu ranks sit on their GPU's and NIC's NUMA node\n", checks->size());
   }

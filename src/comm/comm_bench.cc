@@ -72,12 +72,15 @@ const std::vector<CommDtype>& AllCommDtypes() {
 
 double BusBandwidthFactor(CommOp op, int n) {
   switch (op) {
-    case CommOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case CommOp::kAllReduce:
+      return 2.0 * (n - 1) / n;
     case CommOp::kAllGather:
     case CommOp::kReduceScatter:
-    case CommOp::kAllToAll: return double(n - 1) / n;
+    case CommOp::kAllToAll:
+      return double(n - 1) / n;
     case CommOp::kBroadcast:
-    case CommOp::kSendRecv: return 1;
+    case CommOp::kSendRecv:
+      return 1;
   }
   return 1;
 }
@@ -214,8 +217,10 @@ uint64_t CallCount(CommOp op, uint64_t bytes, size_t elem, int n) {
   switch (op) {
     case CommOp::kAllGather:
     case CommOp::kReduceScatter:
-    case CommOp::kAllToAll: return bytes / (elem * n);
-    default: return bytes / elem;
+    case CommOp::kAllToAll:
+      return bytes / (elem * n);
+    default:
+      return bytes / elem;
   }
 }
 uint64_t OutputCount(CommOp op, uint64_t count, int n) {
@@ -223,8 +228,8 @@ uint64_t OutputCount(CommOp op, uint64_t count, int n) {
 }
 // nccl-tests' size of an operation of `count` elements (comm.h).
 uint64_t SizeOf(CommOp op, uint64_t count, size_t elem, int n) {
-  const bool per_rank = op == CommOp::kAllGather || op == CommOp::kReduceScatter ||
-                        op == CommOp::kAllToAll;
+  const bool per_rank =
+      op == CommOp::kAllGather || op == CommOp::kReduceScatter || op == CommOp::kAllToAll;
   return count * elem * (per_rank ? n : 1);
 }
 
@@ -234,20 +239,22 @@ double Expected(CommOp op, uint64_t k, uint64_t c, int rank, int n, int range) {
     case CommOp::kAllReduce:
       for (int r = 0; r < n; ++r) sum += InputValue(r, k, range);
       return sum;
-    case CommOp::kAllGather: return InputValue(int(k / c), k % c, range);
+    case CommOp::kAllGather:
+      return InputValue(int(k / c), k % c, range);
     case CommOp::kReduceScatter:
       for (int r = 0; r < n; ++r) sum += InputValue(r, uint64_t(rank) * c + k, range);
       return sum;
-    case CommOp::kBroadcast: return InputValue(0, k, range);
-    case CommOp::kAllToAll: return InputValue(int(k / c), uint64_t(rank) * c + k % c, range);
-    case CommOp::kSendRecv: return InputValue((rank + n - 1) % n, k, range);
+    case CommOp::kBroadcast:
+      return InputValue(0, k, range);
+    case CommOp::kAllToAll:
+      return InputValue(int(k / c), uint64_t(rank) * c + k % c, range);
+    case CommOp::kSendRecv:
+      return InputValue((rank + n - 1) % n, k, range);
   }
   return 0;
 }
 
-std::string SizeName(uint64_t bytes) {
-  return std::to_string(bytes) + " B";
-}
+std::string SizeName(uint64_t bytes) { return std::to_string(bytes) + " B"; }
 
 Status CheckOutput(CommOp op, CommDtype dtype, uint64_t count, const std::vector<std::byte>& out,
                    int rank, int n) {
@@ -259,19 +266,23 @@ Status CheckOutput(CommOp op, CommDtype dtype, uint64_t count, const std::vector
     if (got != want) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "got %g, expected %g", got, want);
-      return Corruption("rank " + std::to_string(rank) + ": " + std::string(CommOpName(op)) +
-                        " " + std::string(CommDtypeName(dtype)) + " " +
-                        SizeName(SizeOf(op, count, CommDtypeSize(dtype), n)) +
-                        ": element " + std::to_string(k) + " of " + std::to_string(total) +
-                        ": " + buf);
+      return Corruption("rank " + std::to_string(rank) + ": " + std::string(CommOpName(op)) + " " +
+                        std::string(CommDtypeName(dtype)) + " " +
+                        SizeName(SizeOf(op, count, CommDtypeSize(dtype), n)) + ": element " +
+                        std::to_string(k) + " of " + std::to_string(total) + ": " + buf);
     }
   }
   return Status::Ok();
 }
 
 std::map<std::string, std::string> InterestingVariables() {
-  static const char* kPrefixes[] = {"NCCL_", "OMPI_MCA_", "UCX_", "PMIX_MCA_", "STOKER_COMM_",
-                                    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"};
+  static const char* kPrefixes[] = {"NCCL_",
+                                    "OMPI_MCA_",
+                                    "UCX_",
+                                    "PMIX_MCA_",
+                                    "STOKER_COMM_",
+                                    "CUDA_VISIBLE_DEVICES",
+                                    "CUDA_DEVICE_ORDER"};
   std::map<std::string, std::string> vars;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
@@ -385,7 +396,8 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
         const uint64_t out_bytes = OutputCount(op, count, n) * elem;
         dog.Progress("warming up " + what);
         Status st = backend.ClearOutput(out_bytes);
-        for (int i = 0; st.ok() && i < std::max(o.warmup, 1); ++i) st = backend.Run(op, dtype, count);
+        for (int i = 0; st.ok() && i < std::max(o.warmup, 1); ++i)
+          st = backend.Run(op, dtype, count);
         if (st.ok()) st = backend.Wait();
         if (st.ok() && rank == corrupt &&
             (op == CommOp::kAllReduce || op == CommOp::kReduceScatter)) {
@@ -405,8 +417,8 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
           dog.Tick();
         }
         if (st.ok()) st = backend.Wait();
-        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
-                          o.iters;
+        const double us =
+            std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
         STOKER_RETURN_IF_ERROR(AgreeOnStatus(*boot, st));
         STOKER_ASSIGN_OR_RETURN(auto times, boot->AllGather(std::to_string(us)));
         CommResult r{op, dtype, real_bytes, count};
@@ -427,8 +439,6 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
 
 }  // namespace comm
 
-Result<CommReport> RunCommBench(const CommBenchOptions& options) {
-  return comm::RunBench(options);
-}
+Result<CommReport> RunCommBench(const CommBenchOptions& options) { return comm::RunBench(options); }
 
 }  // namespace stoker

@@ -21,9 +21,9 @@ Status MpiError(int rc, const char* call) {
   return IoError(std::string(call) + ": " + std::string(text, len));
 }
 
-#define STOKER_MPI(call)                                  \
-  do {                                                    \
-    const int _rc = (call);                               \
+#define STOKER_MPI(call)                                 \
+  do {                                                   \
+    const int _rc = (call);                              \
     if (_rc != MPI_SUCCESS) return MpiError(_rc, #call); \
   } while (0)
 
@@ -138,10 +138,19 @@ class MpiBackend final : public CollectiveBackend {
     MPI_Datatype type = MPI_FLOAT;
     MPI_Op sum = MPI_SUM;
     switch (dtype) {
-      case CommDtype::kFloat32: break;
-      case CommDtype::kInt32: type = MPI_INT32_T; break;
-      case CommDtype::kBFloat16: type = MPI_UINT16_T; sum = bf16_sum_; break;
-      case CommDtype::kFloat16: type = MPI_UINT16_T; sum = f16_sum_; break;
+      case CommDtype::kFloat32:
+        break;
+      case CommDtype::kInt32:
+        type = MPI_INT32_T;
+        break;
+      case CommDtype::kBFloat16:
+        type = MPI_UINT16_T;
+        sum = bf16_sum_;
+        break;
+      case CommDtype::kFloat16:
+        type = MPI_UINT16_T;
+        sum = f16_sum_;
+        break;
     }
     // Counts are per rank buffer and fit an int for the sizes run (the CLI
     // caps --max at 2 GiB / element size below).
@@ -169,8 +178,7 @@ class MpiBackend final : public CollectiveBackend {
         break;
       case CommOp::kSendRecv:
         STOKER_MPI(MPI_Sendrecv(s, n, type, (rank_ + 1) % size_, 0, r, n, type,
-                                (rank_ + size_ - 1) % size_, 0, MPI_COMM_WORLD,
-                                MPI_STATUS_IGNORE));
+                                (rank_ + size_ - 1) % size_, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         break;
     }
     return Status::Ok();
@@ -201,9 +209,8 @@ Result<std::unique_ptr<Bootstrap>> MakeMpiBootstrap(const RankInfo& info) {
   STOKER_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   STOKER_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
   if (rank != info.rank || size != info.world_size) {
-    return InvalidArgument("MPI says rank " + std::to_string(rank) + " of " +
-                           std::to_string(size) + " but the launcher's variables say " +
-                           info.ToString());
+    return InvalidArgument("MPI says rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                           " but the launcher's variables say " + info.ToString());
   }
   return std::unique_ptr<Bootstrap>(new MpiBootstrap(rank, size));
 }

@@ -147,7 +147,8 @@ class NcclBackend final : public CollectiveBackend {
     STOKER_RETURN_IF_ERROR(Cu(cuda_.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
     STOKER_RETURN_IF_ERROR(Cu(cuda_.CtxSetCurrent(ctx), "cuCtxSetCurrent"));
     char bus[32] = {0};
-    STOKER_RETURN_IF_ERROR(Cu(cuda_.DeviceGetPCIBusId(bus, sizeof bus, dev), "cuDeviceGetPCIBusId"));
+    STOKER_RETURN_IF_ERROR(
+        Cu(cuda_.DeviceGetPCIBusId(bus, sizeof bus, dev), "cuDeviceGetPCIBusId"));
     pci_ = bus;
     // A blocking stream: ordered after the synchronous copies and memsets
     // of the legacy default stream (Upload, Poke, ClearOutput).
@@ -211,12 +212,12 @@ class NcclBackend final : public CollectiveBackend {
         // As nccl-tests: a group of a send and a receive per peer.
         STOKER_RETURN_IF_ERROR(Nc(nccl_.GroupStart(), "ncclGroupStart"));
         for (int p = 0; p < size_; ++p) {
-          STOKER_RETURN_IF_ERROR(Nc(nccl_.Send(static_cast<const char*>(s) + p * block, count, t,
-                                               p, comm_, stream_),
-                                    "ncclSend"));
-          STOKER_RETURN_IF_ERROR(Nc(
-              nccl_.Recv(static_cast<char*>(r) + p * block, count, t, p, comm_, stream_),
-              "ncclRecv"));
+          STOKER_RETURN_IF_ERROR(
+              Nc(nccl_.Send(static_cast<const char*>(s) + p * block, count, t, p, comm_, stream_),
+                 "ncclSend"));
+          STOKER_RETURN_IF_ERROR(
+              Nc(nccl_.Recv(static_cast<char*>(r) + p * block, count, t, p, comm_, stream_),
+                 "ncclRecv"));
         }
         return Nc(nccl_.GroupEnd(), "ncclGroupEnd");
       }
@@ -241,7 +242,8 @@ class NcclBackend final : public CollectiveBackend {
   }
   Status Nc(ncclResult_t rc, const char* call) {
     if (rc == 0) return Status::Ok();
-    return IoError(std::string(call) + ": " + nccl_.GetErrorString(rc) + " (NCCL_DEBUG=WARN says more)");
+    return IoError(std::string(call) + ": " + nccl_.GetErrorString(rc) +
+                   " (NCCL_DEBUG=WARN says more)");
   }
 
   int rank_, size_;

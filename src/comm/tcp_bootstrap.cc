@@ -43,7 +43,8 @@ class Fd {
 // Waits until `fd` is readable or writable, up to the deadline.
 Status WaitFor(int fd, short events, Clock::time_point deadline, const std::string& peer) {
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return TimedOut("no message from " + peer + " in time");
     pollfd p{fd, events, 0};
     const int rc = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
@@ -59,7 +60,8 @@ Status SendAll(int fd, const void* data, size_t n, Clock::time_point deadline,
     STOKER_RETURN_IF_ERROR(WaitFor(fd, POLLOUT, deadline, peer));
     const ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
     if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k < 0) return Unavailable("sending to " + peer + ": " + std::strerror(errno) + " (it died?)");
+    if (k < 0)
+      return Unavailable("sending to " + peer + ": " + std::strerror(errno) + " (it died?)");
     p += k;
     n -= static_cast<size_t>(k);
   }
@@ -90,7 +92,8 @@ Status SendString(int fd, const std::string& s, Clock::time_point deadline,
 Result<std::string> RecvString(int fd, Clock::time_point deadline, const std::string& peer) {
   uint64_t len = 0;
   STOKER_RETURN_IF_ERROR(RecvAll(fd, &len, 8, deadline, peer));
-  if (len > (64u << 20)) return Corruption(peer + " sent a " + std::to_string(len) + "-byte message");
+  if (len > (64u << 20))
+    return Corruption(peer + " sent a " + std::to_string(len) + "-byte message");
   std::string s(len, '\0');
   STOKER_RETURN_IF_ERROR(RecvAll(fd, s.data(), len, deadline, peer));
   return s;
@@ -139,8 +142,8 @@ class TcpBootstrap final : public Bootstrap {
       int32_t r = -1;
       if (!RecvAll(peer.get(), &r, 4, deadline, "a connecting rank").ok()) continue;
       if (r <= 0 || r >= size_ || peers_[r].get() >= 0) {
-        return InvalidArgument("rank 0: a process connected as rank " + std::to_string(r) +
-                               " of " + std::to_string(size_) +
+        return InvalidArgument("rank 0: a process connected as rank " + std::to_string(r) + " of " +
+                               std::to_string(size_) +
                                ": two jobs share the address, or ranks disagree on the world size");
       }
       NoDelay(peer.get());
@@ -215,8 +218,8 @@ class TcpBootstrap final : public Bootstrap {
   int rank_, size_;
   std::string where_;
   double timeout_;
-  Fd root_;                 // ranks > 0: the connection to rank 0
-  std::vector<Fd> peers_;   // rank 0: by rank
+  Fd root_;                // ranks > 0: the connection to rank 0
+  std::vector<Fd> peers_;  // rank 0: by rank
 };
 
 Result<uint16_t> PortFrom(const char* name, const char* text, int add) {

@@ -148,8 +148,10 @@ std::string TopologyJson(const Topology& t) {
   j["pus"] = t.pus;
   j["numa"] = json::array();
   for (const auto& n : t.numa) {
-    j["numa"].push_back(
-        {{"index", n.index}, {"cpus", n.cpus}, {"cores", n.cores}, {"memory_bytes", n.memory_bytes}});
+    j["numa"].push_back({{"index", n.index},
+                         {"cpus", n.cpus},
+                         {"cores", n.cores},
+                         {"memory_bytes", n.memory_bytes}});
   }
   j["gpus"] = json::array();
   for (const auto& d : t.gpus) j["gpus"].push_back(DeviceJson(d));
@@ -170,8 +172,7 @@ BindingAdvice AdviseBinding(const Topology& t, int ranks) {
   std::ostringstream why;
   if (pe >= 1) {
     m << " --map-by ppr:" << per_numa << ":numa:PE=" << pe << " --bind-to core";
-    why << per_numa << " rank(s) per NUMA node (" << numa << " node(s)), " << pe
-        << " core(s) each";
+    why << per_numa << " rank(s) per NUMA node (" << numa << " node(s)), " << pe << " core(s) each";
   } else {
     m << " --map-by ppr:" << per_numa << ":numa --bind-to numa --oversubscribe";
     why << "more ranks than cores per NUMA node (" << cores_per_numa
@@ -242,8 +243,8 @@ RankBinding CurrentBinding(const Topology* t, const RankInfo& rank, const std::s
 std::vector<std::string> CheckBinding(const Topology& t, const RankBinding& b,
                                       const std::vector<int>& cpus) {
   std::vector<std::string> problems;
-  const std::string where = "bound to CPUs " + CpuListString(cpus) + " (NUMA " +
-                            Join(NumaOf(t, cpus)) + ")";
+  const std::string where =
+      "bound to CPUs " + CpuListString(cpus) + " (NUMA " + Join(NumaOf(t, cpus)) + ")";
   const TopoDevice* g = GpuOf(t, b.local_rank);
   int want = -1;
   if (g != nullptr && g->numa >= 0) {

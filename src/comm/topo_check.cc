@@ -63,8 +63,8 @@ Result<std::vector<RankBindingCheck>> CheckJobBinding(double timeout_s) {
   STOKER_RETURN_IF_ERROR(comm::AgreeOnStatus(*boot, topo.status()));
   const std::vector<int> cpus = AffinityCpus();
   const RankBinding b = CurrentBinding(&*topo, me, "");
-  STOKER_ASSIGN_OR_RETURN(
-      auto all, boot->AllGather(comm::EncodeBinding(b, CheckBinding(*topo, b, cpus))));
+  STOKER_ASSIGN_OR_RETURN(auto all,
+                          boot->AllGather(comm::EncodeBinding(b, CheckBinding(*topo, b, cpus))));
   std::vector<RankBindingCheck> out;
   for (const auto& s : all) {
     RankBindingCheck c;

@@ -56,8 +56,12 @@ inline int InputValue(int rank, uint64_t i, int range) {
 // Writes value `v` as element `i` of a `dtype` buffer, and reads it back.
 inline void Store(CommDtype dtype, void* buf, uint64_t i, double v) {
   switch (dtype) {
-    case CommDtype::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case CommDtype::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case CommDtype::kFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case CommDtype::kInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
     case CommDtype::kBFloat16:
       static_cast<uint16_t*>(buf)[i] = FloatToBf16(static_cast<float>(v));
       break;
@@ -69,10 +73,14 @@ inline void Store(CommDtype dtype, void* buf, uint64_t i, double v) {
 
 inline double Load(CommDtype dtype, const void* buf, uint64_t i) {
   switch (dtype) {
-    case CommDtype::kFloat32: return static_cast<const float*>(buf)[i];
-    case CommDtype::kInt32: return static_cast<const int32_t*>(buf)[i];
-    case CommDtype::kBFloat16: return Bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case CommDtype::kFloat16: return F16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case CommDtype::kFloat32:
+      return static_cast<const float*>(buf)[i];
+    case CommDtype::kInt32:
+      return static_cast<const int32_t*>(buf)[i];
+    case CommDtype::kBFloat16:
+      return Bf16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case CommDtype::kFloat16:
+      return F16ToFloat(static_cast<const uint16_t*>(buf)[i]);
   }
   return 0;
 }
