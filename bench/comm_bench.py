@@ -35,7 +35,9 @@ def main():
     a.add_argument("--backend", default="mpi", choices=["mpi", "nccl"])
     a.add_argument("--stoker", default=os.environ.get("STOKER_BIN", "build/stoker"))
     a.add_argument("--np", type=int, default=4)
-    a.add_argument("--sizes", default="1048576,8388608,67108864")
+    a.add_argument("--min", type=int, default=1 << 20, help="smallest size, bytes")
+    a.add_argument("--max", type=int, default=64 << 20, help="largest size, bytes")
+    a.add_argument("--step", type=int, default=8, help="size factor")
     a.add_argument("--repeats", type=int, default=5)
     a.add_argument("--iters", type=int, default=20)
     a.add_argument("--warmup", type=int, default=5)
@@ -44,7 +46,11 @@ def main():
     a.add_argument("--python", default=sys.executable)
     a.add_argument("--json", help="write every run here")
     o = a.parse_args()
-    sizes = [int(s) for s in o.sizes.split(",")]
+    sizes = [o.min]
+    while sizes[-1] * o.step <= o.max:
+        sizes.append(sizes[-1] * o.step)
+    sweep = ["--min", str(o.min), "--max", str(sizes[-1]), "--step", str(o.step)]
+    size_list = ",".join(map(str, sizes))
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     env.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -56,19 +62,16 @@ def main():
                        check=True)
         launch = shlex.split(o.mpirun) + ["-np", str(o.np)]
         tools["stoker"] = [launch + [o.stoker, "bench", "comm", "--backend", "mpi", "--ops",
-                                     "allreduce", "--min", str(s), "--max", str(s), "--json"]
-                           + common for s in sizes]
-        tools["MPI_Allreduce"] = [launch + [peer, ",".join(map(str, sizes)), str(o.warmup),
-                                            str(o.iters)]]
+                                     "allreduce", "--json"] + sweep + common]
+        tools["MPI_Allreduce"] = [launch + [peer, size_list, str(o.warmup), str(o.iters)]]
         tools["torch gloo"] = [launch + [o.python, os.path.join(HERE, "comm_peer.py"),
-                                         "--backend", "gloo", "--sizes", o.sizes] + common]
+                                         "--backend", "gloo", "--sizes", size_list] + common]
     else:
         launch = shlex.split(o.torchrun) + [f"--nproc-per-node={o.np}"]
         tools["stoker"] = [launch + ["--no-python", o.stoker, "bench", "comm", "--backend", "nccl",
-                                     "--ops", "allreduce", "--min", str(s), "--max", str(s),
-                                     "--json"] + common for s in sizes]
+                                     "--ops", "allreduce", "--json"] + sweep + common]
         tools["torch nccl"] = [launch + [os.path.join(HERE, "comm_peer.py"), "--backend", "nccl",
-                                         "--sizes", o.sizes] + common]
+                                         "--sizes", size_list] + common]
     runs = {name: {s: [] for s in sizes} for name in tools}
     meta = {}
     for rep in range(o.repeats):

@@ -81,7 +81,7 @@ print(f"allreduce busbw at >= 256 MiB: {ar:.1f} GB/s; anchor 431 GB/s (8xH200): 
 PY
     step "allreduce: stoker vs torch.distributed nccl, same run, 5 rounds"
     timeout 580 python3 bench/comm_bench.py --backend nccl --np "$n" --stoker "$stoker" \
-      --sizes 1048576,26214400,268435456,1073741824 --repeats 5 --json "$out/vs_torch.json" \
+      --min 1048576 --max 1073741824 --step 4 --repeats 5 --json "$out/vs_torch.json" \
       2>"$out/vs_torch.err" || { tail -20 "$out/vs_torch.err"; fail=1; }
   fi
 

@@ -15,6 +15,8 @@
 #
 # With the device tool of this workplace:
 #   run(command="bash scripts/gpu/comm.sh run", carry=["build-gpu-comm/carry"])
+# STOKER_COMM_STEPS picks steps (default "bench,sanitizer,torch,tune"), e.g.
+# two calls of under 10 minutes each: "bench,sanitizer,torch" then "tune".
 #
 # NCCL comes from the machine (libnccl.so.2 on the loader's path) or from
 # torch's wheel (nvidia/nccl/lib), found through python3; STOKER_NCCL_LIBRARY
@@ -68,6 +70,8 @@ run() {
   local stoker=$PWD/$carry/bin/stoker
   local tr=(torchrun --standalone --nproc-per-node=1)
   step() { echo; echo "==== $* ===="; }
+  local steps=${STOKER_COMM_STEPS:-bench,sanitizer,torch,tune}
+  want() { [[ ",$steps," == *",$1,"* ]]; }
 
   step "machine"
   {
@@ -87,6 +91,7 @@ run() {
   "$stoker" topo | tee "$out/topo.txt"
   "$stoker" topo --json >"$out/topo.json" || fail=1
 
+  if want bench; then
   step "bench comm --backend nccl: every op x dtype, 8 B - 1 GiB, checked (world size 1)"
   timeout 540 "${tr[@]}" --no-python "$stoker" bench comm --backend nccl --dtypes all \
     --max 1G --json >"$out/bench_all.json" 2>"$out/bench_all.err"
@@ -113,6 +118,9 @@ PY
   STOKER_COMM_TEST_CORRUPT=0 timeout 120 "${tr[@]}" --no-python "$stoker" bench comm \
     --backend nccl --ops allreduce --max 1M 2>&1 | grep -m1 "Corruption" || fail=1
 
+  fi
+
+  if want sanitizer; then
   step "compute-sanitizer (memcheck) over every op, float32 and bfloat16, to 4 MiB"
   RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29611 \
     timeout 540 compute-sanitizer --tool memcheck --error-exitcode 99 "$stoker" bench comm \
@@ -122,17 +130,24 @@ PY
   echo "compute-sanitizer: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
   ((rc == 0)) || { tail -15 "$out/sanitizer.log"; fail=1; }
 
+  fi
+
+  if want torch; then
   step "stoker nccl allreduce vs torch.distributed nccl all_reduce (same run, 5 rounds)"
   timeout 540 python3 bench/comm_bench.py --backend nccl --np 1 --stoker "$stoker" \
-    --sizes 1048576,16777216,67108864,268435456,1073741824 --repeats 5 \
+    --min 1048576 --max 1073741824 --step 4 --repeats 5 \
     --torchrun "torchrun --standalone" --json "$out/vs_torch.json" 2>"$out/vs_torch.err" ||
     { tail -20 "$out/vs_torch.err"; fail=1; }
 
+  fi
+
+  if want tune; then
   step "tune comm at 25 MiB (Ring/Tree x Simple/LL/LL128; NVLS off)"
   timeout 540 "$stoker" tune comm --backend nccl --launcher "torchrun --standalone --nproc-per-node=1 --no-python" \
     --bucket-mib 25 --only Ring/Simple,Ring/LL,Ring/LL128,Tree/Simple,Tree/LL,Tree/LL128 \
     --write "$out/nccl.env" 2>&1 | tee "$out/tune.txt" || fail=1
   cat "$out/nccl.env"
+  fi
 
   echo
   echo "comm.sh: $([[ $fail == 0 ]] && echo ALL PASSED || echo SOME FAILED)"

@@ -2,6 +2,7 @@
 // collectives, so the numbers are what an MPI job of the same shape gets.
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -152,8 +153,11 @@ class MpiBackend final : public CollectiveBackend {
         sum = f16_sum_;
         break;
     }
-    // Counts are per rank buffer and fit an int for the sizes run (the CLI
-    // caps --max at 2 GiB / element size below).
+    // MPI counts are ints.
+    if (count > static_cast<size_t>(INT32_MAX)) {
+      return InvalidArgument("the mpi backend takes at most 2^31-1 elements per call, not " +
+                             std::to_string(count));
+    }
     const int n = static_cast<int>(count);
     void* s = send_.data();
     void* r = recv_.data();

@@ -280,3 +280,39 @@ def test_tune_mpi_file_is_not_slower_than_the_default(tmp_path):
     # "Not slower" within this shared 2-core machine's noise (runs spread by
     # tens of percent while other jobs compile).
     assert tuned >= 0.6 * default, (tuned_runs, default_runs)
+
+
+# ---- the nccl backend against one-rank stand-ins (tests/comm/fake_gpu.c) --------
+
+FAKE_GPU = os.environ.get("FAKE_GPU_DIR", "build/tests/fake_gpu")
+
+
+def one_rank(args, **extra):
+    env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                    LD_LIBRARY_PATH=FAKE_GPU, **extra)
+    return subprocess.run([STOKER, "bench", "comm", "--backend", "nccl"] + args, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_nccl_backend_path_every_op_and_dtype():
+    p = one_rank(["--dtypes", "all", "--max", "256K", "--iters", "2", "--warmup", "1", "--json"])
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["environment"]["library_version"].startswith("NCCL 2.27.3")
+    assert r["environment"]["bootstrap"].startswith("tcp")
+    assert r["bindings"][0]["gpu"] == "0000:17:00.0"
+    assert len({(x["op"], x["dtype"]) for x in r["results"]}) == 24
+    # One rank: nccl-tests' factors give busbw 0 for the reductions, = algbw
+    # for broadcast and sendrecv.
+    for x in r["results"]:
+        factor = 1 if x["op"] in ("broadcast", "sendrecv") else 0
+        assert x["busbw_gbps"] == pytest.approx(x["algbw_gbps"] * factor)
+
+
+def test_nccl_backend_corruption_and_missing_parts():
+    p = one_rank(["--ops", "allreduce", "--max", "64K"], STOKER_COMM_TEST_CORRUPT="0")
+    assert p.returncode == 15 and "rank 0: allreduce float32 8 B: element 1 of 2" in p.stderr
+    p = one_rank(["--max", "64K"], FAKE_CUDA_DEVICES="0")
+    assert p.returncode == 16 and "none is visible" in p.stderr
+    p = one_rank(["--max", "64K"], STOKER_NCCL_LIBRARY="/nonexistent/libnccl.so.2")
+    assert p.returncode == 16 and "NCCL is missing here" in p.stderr
