@@ -283,14 +283,26 @@ std::map<std::string, std::string> InterestingVariables() {
                                     "STOKER_COMM_",
                                     "CUDA_VISIBLE_DEVICES",
                                     "CUDA_DEVICE_ORDER"};
+  // What mpirun sets for its own plumbing (job ids, URIs, session folders),
+  // not settings anyone chose.
+  static const char* kPlumbing[] = {"OMPI_MCA_orte_",
+                                    "OMPI_MCA_ess",
+                                    "OMPI_MCA_pmix",
+                                    "OMPI_MCA_initial_wdir",
+                                    "OMPI_MCA_shmem_RUNTIME_QUERY_hint",
+                                    "PMIX_MCA_psec",
+                                    "PMIX_MCA_mca_base_component_show"};
+  auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
   std::map<std::string, std::string> vars;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     const auto eq = kv.find('=');
     if (eq == std::string::npos) continue;
-    for (const char* p : kPrefixes) {
-      if (kv.compare(0, std::strlen(p), p) == 0) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
+    const std::string name = kv.substr(0, eq);
+    bool keep = false;
+    for (const char* p : kPrefixes) keep = keep || starts(name, p);
+    for (const char* p : kPlumbing) keep = keep && !starts(name, p);
+    if (keep) vars[name] = kv.substr(eq + 1);
   }
   return vars;
 }

@@ -31,6 +31,9 @@ def clean_env(**extra):
            and not k.startswith("NCCL_") and k != "STOKER_TOPO_FILE"}
     # Shared memory without CMA: containers forbid process_vm_readv.
     env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
+    # 4 ranks on 2 cores: ranks that spin while waiting starve the one that
+    # works (busbw varies 25-fold without this; docs/benchmarks.md).
+    env["OMPI_MCA_mpi_yield_when_idle"] = "1"
     env.update(extra)
     return env
 
