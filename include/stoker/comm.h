@@ -35,6 +35,9 @@
 // Failure: a rank that stops making progress for `timeout_s` (a peer died
 // or hangs) prints what it was doing and exits the process (exit code 18,
 // TimedOut): a collective cannot be cancelled, so waiting longer helps no one.
+// It names the ranks of its node that stopped (no heartbeat: each rank
+// rewrites /dev/shm/stoker-comm-JOB-RANK every 200 ms) or lag behind; a dead
+// rank is also named by the launcher (mpirun) or the TCP bootstrap.
 //
 // Thread safety: RunCommBench runs one benchmark at a time per process.
 #pragma once

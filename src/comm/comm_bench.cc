@@ -12,7 +12,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -102,6 +104,12 @@ using Clock = std::chrono::steady_clock;
 
 // Exits the process when nothing has progressed for the timeout (comm.h):
 // a rank blocked in a collective whose peer died cannot be woken otherwise.
+//
+// To name the culprit, the ranks of a node keep heartbeats in /dev/shm
+// (Heartbeats()): this thread rewrites its rank's file every 200 ms with the
+// number of phases it has begun. When time runs out, a rank whose file has
+// not changed for a second is stopped or dead; a rank with fewer phases is
+// behind (stuck before the collective the others wait in).
 class Watchdog final {
  public:
   Watchdog(double timeout_s, int rank)
@@ -115,6 +123,7 @@ class Watchdog final {
     }
     cv_.notify_all();
     thread_.join();
+    if (!beat_dir_.empty()) std::remove(BeatFile(rank_).c_str());
   }
   // A new phase ("timing allreduce float32 1024 B").
   void Progress(std::string what) {
@@ -122,25 +131,79 @@ class Watchdog final {
     what_ = std::move(what);
     last_ = Clock::now();
     ticks_seen_ = ticks_.load(std::memory_order_relaxed);
+    ++phases_;
+    Beat();
   }
   // Progress within a phase; cheap enough for a timed loop (no lock).
   void Tick() { ticks_.fetch_add(1, std::memory_order_relaxed); }
+  // Starts heartbeats under `prefix` (the same on every rank of the job).
+  void Heartbeats(const std::string& prefix, int size) {
+    std::lock_guard lock(mu_);
+    beat_dir_ = prefix;
+    size_ = size;
+    Beat();
+  }
 
  private:
+  std::string BeatFile(int rank) const { return beat_dir_ + "-" + std::to_string(rank); }
+
+  void Beat() {
+    if (beat_dir_.empty()) return;
+    if (FILE* f = std::fopen(BeatFile(rank_).c_str(), "w")) {
+      std::fprintf(f, "%llu\n", static_cast<unsigned long long>(phases_));
+      std::fclose(f);
+    }
+  }
+
+  // "rank 2 (no heartbeat for 4 s: stopped or dead); rank 3 (behind: phase
+  // 10 of 12)", from the node's heartbeat files.
+  std::string Suspects() const {
+    if (beat_dir_.empty()) return "";
+    std::string out;
+    const auto now = std::filesystem::file_time_type::clock::now();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      std::error_code ec;
+      const auto when = std::filesystem::last_write_time(BeatFile(r), ec);
+      if (ec) continue;  // another node's rank, or gone
+      const double age = std::chrono::duration<double>(now - when).count();
+      unsigned long long phases = 0;
+      if (FILE* f = std::fopen(BeatFile(r).c_str(), "r")) {
+        if (std::fscanf(f, "%llu", &phases) != 1) phases = 0;
+        std::fclose(f);
+      }
+      char line[160] = "";
+      if (age > 1.0) {
+        std::snprintf(line, sizeof line, "rank %d (no heartbeat for %.0f s: stopped or dead)", r,
+                      age);
+      } else if (phases < phases_) {
+        std::snprintf(line, sizeof line, "rank %d (behind: phase %llu of this rank's %llu)", r,
+                      phases, static_cast<unsigned long long>(phases_));
+      }
+      if (*line) out += (out.empty() ? "" : "; ") + std::string(line);
+    }
+    return out;
+  }
+
   void Watch() {
     std::unique_lock lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(200));
+      Beat();
       const uint64_t ticks = ticks_.load(std::memory_order_relaxed);
       if (ticks != ticks_seen_) {
         ticks_seen_ = ticks;
         last_ = Clock::now();
       }
       if (stop_ || Clock::now() - last_ < timeout_) continue;
-      std::fprintf(stderr,
-                   "stoker: TimedOut: rank %d: no progress for %.0f s while %s: another rank died "
-                   "or hangs (the launcher's message names a rank that exited); giving up\n",
-                   rank_, std::chrono::duration<double>(timeout_).count(), what_.c_str());
+      const std::string suspects = Suspects();
+      if (!beat_dir_.empty()) std::remove(BeatFile(rank_).c_str());
+      std::fprintf(
+          stderr, "stoker: TimedOut: rank %d: no progress for %.0f s while %s: %s; giving up\n",
+          rank_, std::chrono::duration<double>(timeout_).count(), what_.c_str(),
+          suspects.empty() ? "another rank died or hangs (the launcher's message names a rank that "
+                             "exited)"
+                           : ("on this node: " + suspects).c_str());
       std::fflush(stderr);
       std::_Exit(10 + static_cast<int>(Code::kTimedOut));
     }
@@ -154,6 +217,9 @@ class Watchdog final {
   std::string what_ = "meeting the other ranks";
   std::atomic<uint64_t> ticks_{0};
   uint64_t ticks_seen_ = 0;
+  uint64_t phases_ = 0;
+  std::string beat_dir_;
+  int size_ = 0;
   Clock::time_point last_ = Clock::now();
   std::thread thread_;
 };
@@ -352,6 +418,14 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
   const int n = boot->size();
   const int rank = boot->rank();
   dog.Progress("comparing arguments");
+  {
+    // Rank 0 names the heartbeat files (comm.h's watchdog), unique per job.
+    std::string token = std::to_string(std::random_device{}()) + std::to_string(getpid());
+    STOKER_ASSIGN_OR_RETURN(auto tokens, boot->AllGather(rank == 0 ? token : ""));
+    if (std::filesystem::is_directory("/dev/shm")) {
+      dog.Heartbeats("/dev/shm/stoker-comm-" + tokens[0], n);
+    }
+  }
   STOKER_RETURN_IF_ERROR(CheckArguments(*boot, o.arguments.empty() ? Summary(o) : o.arguments));
 
   dog.Progress("setting up the " + o.backend + " backend");
