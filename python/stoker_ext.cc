@@ -23,6 +23,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,7 @@
 #include "stoker/loader.h"
 #include "stoker/metrics.h"
 #include "stoker/pack.h"
+#include "stoker/rank.h"
 #include "stoker/status.h"
 #include "stoker/store.h"
 
@@ -1159,4 +1161,23 @@ PYBIND11_MODULE(_stoker, m) {
       [](std::string_view name) { Check(st::ValidateCheckpointName(name)); }, py::arg("name"));
   // ---- end of checkpoints ----
   stoker::python::RegisterMetrics(m);
+
+  // ---- rank discovery (rank.h; stoker.distributed_env) ----
+  m.def(
+      "_discover_rank",
+      [](const std::map<std::string, std::string>& env) {
+        const st::RankInfo r = Unwrap(st::DiscoverRank(env));
+        py::dict d;
+        d["rank"] = r.rank;
+        d["world_size"] = r.world_size;
+        d["local_rank"] = r.local_rank;
+        d["local_size"] = r.local_size;
+        d["node"] = r.node;
+        d["num_nodes"] = r.num_nodes;
+        d["launcher"] = r.launched() ? py::object(py::str(r.launcher)) : py::object(py::none());
+        return d;
+      },
+      py::arg("environ"), "Where this process stands in its job, from launcher variables.");
+  m.def("_rank_variables", &st::RankVariables, "Every variable _discover_rank reads.");
+  // ---- end of rank discovery ----
 }

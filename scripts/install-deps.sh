@@ -11,6 +11,7 @@ full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
   ceph-mon ceph-osd ceph-common librados-dev ceph-mds ceph-fuse
   pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch python3-torchvision
   libopenmpi-dev openmpi-bin
+  libhwloc-dev hwloc
   dataset-fashion-mnist procps e2fsprogs mount)
 # The install test (tests/install): a fresh Debian 12 root for the .deb files.
 full+=(debootstrap)

@@ -88,46 +88,18 @@ DistributedEnv.__doc__ = """Where this process stands in a job: rank, world size
 rank within the node, and the launcher they were read from (None: not launched
 by one; then 0, 1, 0)."""
 
-# (launcher, rank variable, world size variable, local rank variable), in the
-# order they are trusted: torchrun under srun sets both RANK and SLURM_PROCID,
-# and torchrun's is the one that counts.
-_LAUNCHERS = (
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-)
-
-
 def distributed_env(environ=None):
     """Rank, world size and local rank from the launcher's variables.
 
-    The first launcher whose rank and world size variables are both set wins
-    (torchrun, then mpirun, MPICH, Slurm). A malformed value is a ValueError
-    naming the variable.
+    The C++ core decides (include/stoker/rank.h): torchrun, then Open MPI,
+    MPICH, Slurm; the first whose rank and size variables are both set wins.
+    A malformed or inconsistent value is a ValueError naming the variable.
     """
     env = os.environ if environ is None else environ
-    for source, rank_var, world_var, local_var in _LAUNCHERS:
-        if rank_var in env and world_var in env:
-            rank = _env_int(env, rank_var, 0)
-            world = _env_int(env, world_var, 1)
-            local = _env_int(env, local_var, 0) if local_var in env else 0
-            if rank >= world:
-                raise ValueError(
-                    f"{rank_var}={rank} is not below {world_var}={world} (from {source})")
-            return DistributedEnv(rank, world, local, source)
-    return DistributedEnv(0, 1, 0, None)
-
-
-def _env_int(env, name, minimum):
-    text = env[name]
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={text!r} is not an integer") from None
-    if value < minimum:
-        raise ValueError(f"environment variable {name}={value} must be at least {minimum}")
-    return value
+    r = _stoker._discover_rank({k: v for k, v in env.items() if isinstance(v, str)})
+    if r["launcher"] is None:
+        return DistributedEnv(0, 1, 0, None)
+    return DistributedEnv(r["rank"], r["world_size"], r["local_rank"], r["launcher"])
 
 
 # ---- option checks ---------------------------------------------------------

@@ -49,6 +49,10 @@ CLI::App* TuneCommand(CLI::App& app);
 
 // What `stoker --version` prints: version, build options, git revision.
 std::string VersionText();
+// `bench comm` (collectives), under `bench`; `topo` and `tune comm` (comm).
+void RegisterBenchComm(CLI::App* bench, Action* action);
+void RegisterTopo(CLI::App& app, Action* action);
+void RegisterTuneComm(CLI::App& app, Action* action);
 
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);

@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
   RegisterReport(app, &action);
   RegisterDoctor(app, &action);
   RegisterTune(app, &action);
+  RegisterBenchComm(app.get_subcommand("bench"), &action);
+  RegisterTopo(app, &action);
+  RegisterTuneComm(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

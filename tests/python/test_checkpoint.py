@@ -587,7 +587,7 @@ print(stoker.save(state, sys.argv[1], step=7, metadata={"by": rank}))
 
 
 # Every variable a launcher sets that stoker reads (stoker.distributed_env).
-LAUNCHER_VARS = {var for launcher in stoker.loader._LAUNCHERS for var in launcher[1:]}
+LAUNCHER_VARS = set(stoker._stoker._rank_variables())
 
 
 def launch_ranks(root, world):

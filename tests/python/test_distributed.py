@@ -90,7 +90,7 @@ def test_distributed_env_precedence_and_errors():
     env.update({"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "2"})  # torchrun under srun
     assert stoker.distributed_env(env) == (5, 16, 2, "torchrun")
     assert stoker.distributed_env({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}) \
-        == (1, 2, 0, "mpirun")
+        == (1, 2, 0, "openmpi")
     assert stoker.distributed_env({"RANK": "1"}) == (0, 1, 0, None)  # half a pair is no launcher
     assert stoker.distributed_env({}) == (0, 1, 0, None)
     with pytest.raises(ValueError, match="WORLD_SIZE='four'"):

@@ -1,0 +1,324 @@
+"""stoker bench comm / tune comm / topo --check with real Open MPI: 4 ranks
+on this machine (mpirun --oversubscribe --allow-run-as-root), and the TCP
+bootstrap with torchrun's variables set by hand."""
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+
+STOKER = os.environ.get("STOKER_BIN", "build/stoker")
+MPIRUN = [os.environ.get("MPIEXEC", "mpirun"), "--allow-run-as-root", "--oversubscribe"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Every launcher variable rank discovery reads (include/stoker/rank.h).
+RANK_VARS = [
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID",
+    "SLURM_NNODES", "SLURM_TASKS_PER_NODE"]
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in RANK_VARS and not k.startswith("STOKER_COMM_TEST")
+           and not k.startswith("NCCL_") and k != "STOKER_TOPO_FILE"}
+    # Shared memory without CMA: containers forbid process_vm_readv.
+    env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
+    # 4 ranks on 2 cores: ranks that spin while waiting starve the one that
+    # works (busbw varies 25-fold without this; docs/benchmarks.md).
+    env["OMPI_MCA_mpi_yield_when_idle"] = "1"
+    env.update(extra)
+    return env
+
+
+def mpirun(n, args, env=None, timeout=240, mpi_args=()):
+    cmd = MPIRUN + list(mpi_args) + ["-np", str(n), STOKER] + args
+    start = time.monotonic()
+    p = subprocess.run(cmd, env=env or clean_env(), capture_output=True, text=True,
+                       timeout=timeout)
+    return p, time.monotonic() - start
+
+
+SMALL = ["bench", "comm", "--max", "64K", "--iters", "2", "--warmup", "1"]
+
+
+def test_every_op_and_dtype_correct_on_4_ranks():
+    p, _ = mpirun(4, ["bench", "comm", "--ops", "all", "--dtypes", "all", "--min", "8",
+                      "--max", "256K", "--step", "4", "--iters", "2", "--warmup", "1", "--json"])
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["world_size"] == 4 and report["backend"] == "mpi"
+    assert report["environment"]["library_version"].startswith("Open MPI")
+    assert report["environment"]["variables"]["OMPI_MCA_btl_vader_single_copy_mechanism"] == "none"
+    assert [b["rank"] for b in report["bindings"]] == [0, 1, 2, 3]
+    assert all(b["cpus"] and b["host"] for b in report["bindings"])
+    seen = {(r["op"], r["dtype"]) for r in report["results"]}
+    assert len(seen) == 6 * 4
+    for r in report["results"]:
+        assert r["time_us"] > 0 and r["busbw_gbps"] > 0
+        factor = {"allreduce": 2 * 3 / 4, "allgather": 3 / 4, "reducescatter": 3 / 4,
+                  "alltoall": 3 / 4, "broadcast": 1, "sendrecv": 1}[r["op"]]
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * factor)
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_us"] / 1e3)
+        elem = 2 if r["dtype"] in ("bfloat16", "float16") else 4
+        per_rank = r["op"] in ("allgather", "reducescatter", "alltoall")
+        assert r["bytes"] == r["count"] * elem * (4 if per_rank else 1)
+    # The largest size is there for every op (256 KiB divides by 4 ranks).
+    assert {r["bytes"] for r in report["results"]} >= {256 << 10}
+
+
+@pytest.mark.parametrize("op", ["allreduce", "reducescatter"])
+def test_wrong_reduction_is_caught_and_named(op):
+    p, _ = mpirun(4, SMALL + ["--ops", op, "--dtypes", "bfloat16"],
+                  env=clean_env(STOKER_COMM_TEST_CORRUPT="2"))
+    assert p.returncode == 10 + 5, p.stderr  # Corruption
+    m = re.search(rf"rank 2: {op} bfloat16 (\d+) B: element (\d+) of (\d+): got 0, expected \d+",
+                  p.stderr)
+    assert m, p.stderr
+
+
+def test_outside_a_launcher_says_how_to_launch():
+    p = subprocess.run([STOKER] + SMALL, env=clean_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 10 + 1
+    assert "mpirun -np N" in p.stderr and "torchrun" in p.stderr
+
+
+def test_mismatched_arguments_are_named():
+    cmd = MPIRUN + ["-np", "4", "sh", "-c",
+                    f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec {STOKER} bench comm --max 4K '
+                    f'--iters 3; else exec {STOKER} bench comm --max 4K; fi']
+    p = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "arguments differ across ranks; rank 1: --iters 3 (rank 0: --iters 20)" in p.stderr
+
+
+def test_killed_rank_stops_the_others_naming_it():
+    p, took = mpirun(4, ["bench", "comm", "--max", "64K", "--timeout", "20"],
+                     env=clean_env(STOKER_COMM_TEST_DIE="2"))
+    assert p.returncode != 0
+    assert took < 60
+    assert re.search(r"rank 2 .*(exited on signal 9|Killed)", p.stdout + p.stderr), p.stderr
+
+
+def test_hung_rank_times_out_instead_of_hanging():
+    p, took = mpirun(4, ["bench", "comm", "--max", "64K", "--timeout", "5"],
+                     env=clean_env(STOKER_COMM_TEST_HANG="1"))
+    assert p.returncode != 0
+    assert took < 60
+    assert "no progress for 5 s while" in p.stderr
+    # The stopped rank is named from the node's heartbeat files (the first
+    # rank to give up prints; mpirun ends the rest).
+    assert ("rank 1 (no heartbeat for" in p.stderr or
+            "another rank died or hangs" in p.stderr), p.stderr
+
+
+def test_nccl_missing_is_unsupported_on_every_rank():
+    p, _ = mpirun(2, SMALL + ["--backend", "nccl"])
+    assert p.returncode == 10 + 6, p.stderr  # Unsupported
+    assert p.stderr.count("stoker: Unsupported: the nccl backend needs a GPU") == 2  # both ranks
+
+
+# ---- the TCP bootstrap (torchrun's variables, no MPI) ----------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_like(n, args_of, timeout=60, start=None):
+    port = free_port()
+    procs = []
+    for r in range(start or n):
+        env = clean_env(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                        LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(port - 1))
+        procs.append(subprocess.Popen([STOKER] + args_of(r), env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    return [(p.wait(timeout), *p.communicate()) for p in procs]
+
+
+def test_tcp_bootstrap_agrees_on_errors_and_arguments():
+    out = torchrun_like(3, lambda r: SMALL + ["--backend", "nccl"])
+    assert [rc for rc, _, _ in out] == [16, 16, 16]
+    assert all("libcuda.so.1" in err for _, _, err in out)
+    out = torchrun_like(3, lambda r: ["bench", "comm", "--max", "4K", "--iters", str(2 + (r == 2))])
+    assert [rc for rc, _, _ in out] == [11, 11, 11], out
+    assert all("rank 2: --iters 3 (rank 0: --iters 2)" in err for _, _, err in out)
+    # The mpi backend over a TCP bootstrap: said, not attempted.
+    out = torchrun_like(2, lambda r: SMALL)
+    assert all(rc == 16 and "needs an MPI launcher" in err for rc, _, err in out)
+
+
+def test_tcp_bootstrap_names_a_rank_that_never_came():
+    out = torchrun_like(3, lambda r: SMALL + ["--timeout", "3"], start=2)
+    rc, _, err = out[0]
+    assert rc == 10 + 8, err  # TimedOut
+    assert "rank 0: ranks 2 did not connect" in err
+
+
+# ---- topo --check against a binding made wrong on purpose ---------------------
+
+def topo_file(tmp_path, gpu_numa, nic_numa=None):
+    topo = {"numa": [{"index": 0, "cpus": [0], "cores": 1}, {"index": 1, "cpus": [1], "cores": 1}],
+            "gpus": [{"pci": f"0000:{0x17 + i:02x}:00.0", "name": "fake GPU", "numa": n}
+                     for i, n in enumerate(gpu_numa)],
+            "nics": [] if nic_numa is None else [{"pci": "0000:80:00.0", "name": "mlx5_0",
+                                                  "numa": nic_numa}]}
+    path = tmp_path / "topo.json"
+    path.write_text(json.dumps(topo))
+    return str(path)
+
+
+BIND = ["--map-by", "core", "--bind-to", "core:overload-allowed"]
+
+
+def test_topo_check_passes_a_right_binding(tmp_path):
+    # --bind-to core puts ranks 0..3 on cores 0,1,0,1; GPU i sits on NUMA i % 2.
+    env = clean_env(STOKER_TOPO_FILE=topo_file(tmp_path, [0, 1, 0, 1]))
+    p, _ = mpirun(4, ["topo", "--check"], env=env, mpi_args=BIND)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "all 4 ranks sit on their GPU's and NIC's NUMA node" in p.stdout
+
+
+def test_topo_check_names_every_rank_that_is_off(tmp_path):
+    # Every GPU on NUMA 0: the ranks bound to core 1 (NUMA 1) are off.
+    env = clean_env(STOKER_TOPO_FILE=topo_file(tmp_path, [0, 0, 0, 0]))
+    p, _ = mpirun(4, ["topo", "--check", "--json"], env=env, mpi_args=BIND)
+    assert p.returncode == 1, p.stdout + p.stderr
+    report = json.loads(p.stdout)
+    assert [r["rank"] for r in report["ranks"] if not r["ok"]] == [1, 3]
+    assert report["off"] == 2
+    assert "its GPU 0000:18:00.0" in report["ranks"][1]["problems"][0]
+    # Unbound ranks span both NUMA nodes: all off; a NIC on NUMA 1 is named.
+    env = clean_env(STOKER_TOPO_FILE=topo_file(tmp_path, [0, 1, 0, 1], nic_numa=1))
+    p, _ = mpirun(4, ["topo", "--check"], env=env, mpi_args=["--bind-to", "none"])
+    assert p.returncode == 1
+    assert "4 of 4 ranks are off" in p.stdout and "ranks 0, 1, 2, 3" in p.stdout
+    assert "its NIC mlx5_0 (0000:80:00.0) is on NUMA 1" in p.stdout
+
+
+def test_topo_advice_for_two_numa_nodes(tmp_path):
+    env = clean_env(STOKER_TOPO_FILE=topo_file(tmp_path, [0, 1, 0, 1]))
+    p = subprocess.run([STOKER, "topo", "--json"], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    advice = json.loads(p.stdout)["advice"]
+    assert advice["ranks_per_node"] == 4
+    assert "--map-by ppr:2:numa" in advice["mpirun"] and "--bind-to" in advice["mpirun"]
+    assert advice["numactl"][1] == "numactl --cpunodebind=1 --membind=1"
+
+
+def test_topo_on_this_machine_with_hwloc():
+    p = subprocess.run([STOKER, "topo", "--json", "--ranks", "4"], env=clean_env(),
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    t = json.loads(p.stdout)["topology"]
+    assert t["source"].startswith("hwloc")
+    assert t["pus"] == os.cpu_count() and len(t["numa"]) >= 1
+
+
+# ---- tune comm ------------------------------------------------------------------
+
+def tune(args, env):
+    return subprocess.run([STOKER, "tune", "comm"] + args, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def exports(path):
+    return dict(re.findall(r"^export (\w+)=(\S+)$", open(path).read(), re.M))
+
+
+def test_tune_writes_the_setting_it_measured_best(tmp_path):
+    fake = f"{sys.executable} {HERE}/fake_launcher.py"
+    env = clean_env(FAKE_BUSBW="default=100,Ring/LL128=120,Tree/Simple=105",
+                    FAKE_FAIL="NVLS/Simple,NVLS/LL,NVLS/LL128")
+    out = tmp_path / "nccl.env"
+    p = tune(["--launcher", fake, "--bucket-mib", "25", "--write", str(out),
+              "--only", "Ring/LL128,Tree/Simple,NVLS/LL128"], env)
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"recommended: Ring/LL128 \(\+(19|20|21|22)\.\d% over the default", p.stdout)
+    assert "unavailable: NVLS/LL128" in p.stdout
+    assert exports(out) == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128"}
+    assert "26214400 B: best Ring/LL128" in out.read_text()
+    # Within noise: the default stays, and the file says so.
+    env.update(FAKE_BUSBW="default=100,Ring/LL128=101", FAKE_NOISE="0.05")
+    p = tune(["--launcher", fake, "--write", str(out), "--only", "Ring/LL128"], env)
+    assert p.returncode == 0, p.stderr
+    assert "nothing beats the default beyond the noise" in p.stdout
+    assert exports(out) == {}
+    assert "unset NCCL_ALGO" in out.read_text()
+
+
+def busbw_median(env, runs=3):
+    values = []
+    for _ in range(runs):
+        p, _ = mpirun(4, ["bench", "comm", "--ops", "allreduce", "--min", "1M", "--max", "1M",
+                          "--iters", "10", "--json"], env=env)
+        assert p.returncode == 0, p.stderr
+        values.append(json.loads(p.stdout)["results"][0]["busbw_gbps"])
+    return statistics.median(values), values
+
+
+def test_tune_mpi_file_is_not_slower_than_the_default(tmp_path):
+    out = tmp_path / "mpi.env"
+    launcher = " ".join(MPIRUN + ["-np", "4"])
+    p = tune(["--backend", "mpi", "--launcher", launcher, "--bucket-mib", "1", "--iters", "10",
+              "--only", "3:recursive_doubling,4:ring", "--write", str(out)], clean_env())
+    assert p.returncode == 0, p.stderr
+    chosen = exports(out)
+    m = re.search(r"recommended: (\S+)", p.stdout)
+    if m:
+        algo = m.group(1).split(":")[0]
+        assert chosen == {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                          "OMPI_MCA_coll_tuned_allreduce_algorithm": algo}
+    else:
+        assert "nothing beats the default" in p.stdout and chosen == {}
+    tuned, tuned_runs = busbw_median(clean_env(**chosen))
+    default, default_runs = busbw_median(clean_env())
+    # "Not slower" within this shared 2-core machine's noise (runs spread by
+    # tens of percent while other jobs compile).
+    assert tuned >= 0.6 * default, (tuned_runs, default_runs)
+
+
+# ---- the nccl backend against one-rank stand-ins (tests/comm/fake_gpu.c) --------
+
+FAKE_GPU = os.environ.get("FAKE_GPU_DIR", "build/tests/fake_gpu")
+
+
+def one_rank(args, **extra):
+    env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                    LD_LIBRARY_PATH=FAKE_GPU, **extra)
+    return subprocess.run([STOKER, "bench", "comm", "--backend", "nccl"] + args, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_nccl_backend_path_every_op_and_dtype():
+    p = one_rank(["--dtypes", "all", "--max", "256K", "--iters", "2", "--warmup", "1", "--json"])
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["environment"]["library_version"].startswith("NCCL 2.27.3")
+    assert r["environment"]["bootstrap"].startswith("tcp")
+    assert r["bindings"][0]["gpu"] == "0000:17:00.0"
+    assert len({(x["op"], x["dtype"]) for x in r["results"]}) == 24
+    # One rank: nccl-tests' factors give busbw 0 for the reductions, = algbw
+    # for broadcast and sendrecv.
+    for x in r["results"]:
+        factor = 1 if x["op"] in ("broadcast", "sendrecv") else 0
+        assert x["busbw_gbps"] == pytest.approx(x["algbw_gbps"] * factor)
+
+
+def test_nccl_backend_corruption_and_missing_parts():
+    p = one_rank(["--ops", "allreduce", "--max", "64K"], STOKER_COMM_TEST_CORRUPT="0")
+    assert p.returncode == 15 and "rank 0: allreduce float32 8 B: element 1 of 2" in p.stderr
+    p = one_rank(["--max", "64K"], FAKE_CUDA_DEVICES="0")
+    assert p.returncode == 16 and "none is visible" in p.stderr
+    p = one_rank(["--max", "64K"], STOKER_NCCL_LIBRARY="/nonexistent/libnccl.so.2")
+    assert p.returncode == 16 and "NCCL is missing here" in p.stderr
