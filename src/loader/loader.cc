@@ -36,6 +36,7 @@
 #include "gpu/stager.h"
 #include "loader/batch_builder.h"
 #include "loader/batch_memory.h"
+#include "stoker/cache.h"
 #include "stoker/gpu.h"
 #include "stoker/plan.h"
 
@@ -207,6 +208,9 @@ class LoaderImpl final : public Loader {
     po.drop_last = options_.drop_last;
     STOKER_ASSIGN_OR_RETURN(EpochPlan plan,
                             EpochPlan::Make(manifest_.Id64(), shard_samples_, po, epoch, position));
+    if (auto* cache = dynamic_cast<NodeCache*>(store_.get())) {
+      STOKER_RETURN_IF_ERROR(cache->BeginEpoch(po, epoch, position));
+    }
     auto e = std::make_unique<Epoch>(std::move(plan));
     BuildSchedule(*e);
     const uint64_t need = MaxLiveShards(e->uses, e->plan.num_batches());
@@ -291,6 +295,17 @@ class LoaderImpl final : public Loader {
       s = stats_;
     }
     s.peak_buffer_bytes = shard_pool_->peak_bytes() + batch_pool_->peak_bytes();
+    s.remote_bytes = s.bytes_read;
+    if (auto* cache = dynamic_cast<const NodeCache*>(store_.get())) {
+      const CacheStats c = cache->stats();
+      s.remote_bytes = c.uncached ? s.bytes_read : c.remote_bytes;
+      s.cache_bytes = c.cache_bytes;
+      s.cache_hits = c.hits;
+      s.cache_misses = c.misses;
+      s.cache_fetch_waits = c.fetch_waits;
+      s.cache_evictions = c.evictions;
+      s.cache_refetches = c.refetches;
+    }
     if (stager_) {
       const gpu::StagerStats g = stager_->stats();
       s.h2d_bytes = g.bytes;
@@ -943,6 +958,15 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
                                              const LoaderOptions& options) {
   STOKER_RETURN_IF_ERROR(ValidateOptions(options));
   STOKER_ASSIGN_OR_RETURN(format::Manifest manifest, ReadManifest(*store));
+  if (!options.cache_dir.empty()) {
+    CacheOptions co;
+    co.dir = options.cache_dir;
+    co.capacity_bytes = options.cache_bytes;
+    co.policy = options.cache_policy;
+    co.ranks_per_node = options.cache_ranks_per_node;
+    co.fallback_uncached = options.cache_fallback;
+    STOKER_ASSIGN_OR_RETURN(store, OpenNodeCache(std::move(store), manifest, co));
+  }
 
   std::vector<ColumnSpec> columns;
   std::vector<int> fields;
