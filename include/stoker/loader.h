@@ -123,9 +123,13 @@ struct LoaderOptions {
   // "planned" (prefetch along the node's order, Belady eviction) or "lru".
   // Default: "planned".
   std::string cache_policy = "planned";
-  // Ranks per node sharing the cache (rank / cache_ranks_per_node is the
-  // node). Default: 0 = every rank is on this node.
-  uint32_t cache_ranks_per_node = 0;
+  // Ranks per node: ranks [k * ranks_per_node, (k + 1) * ranks_per_node) are
+  // node k's, and share its cache. Default: 0 = every rank is on this node.
+  uint32_t ranks_per_node = 0;
+  // Node affinity (plan.h): each shard is read by one node only for the
+  // whole run, and shuffled within that node's part. Default: off (the
+  // global shuffle).
+  bool node_affinity = false;
   // When the cache folder is unusable, read uncached (saying so once on
   // stderr) rather than failing Open. Default: off.
   bool cache_fallback = false;

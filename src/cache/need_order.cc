@@ -14,6 +14,7 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
                                      const PlanOptions& plan, uint32_t ranks_per_node,
                                      uint64_t epoch, uint64_t position) {
   const uint32_t world = std::max(1u, plan.world_size);
+  if (ranks_per_node == 0) ranks_per_node = plan.ranks_per_node;
   const uint32_t per_node = ranks_per_node == 0 ? world : std::min(ranks_per_node, world);
   const uint32_t node = plan.rank / per_node;
   const uint32_t first_rank = node * per_node;

@@ -14,6 +14,7 @@ struct LoaderFlags {
   std::string decode_size = "224x224";
   bool decode = false;
   bool no_shuffle = false;
+  double cache_gib = 0;
 
   void Add(CLI::App* cmd) {
     cmd->add_option("--batch-size", options.batch_size, "Samples per batch")->capture_default_str();
@@ -35,12 +36,20 @@ struct LoaderFlags {
         ->capture_default_str();
     cmd->add_flag("--decode", decode, "Decode the 'image' field as JPEG and resize");
     cmd->add_option("--decode-size", decode_size, "HxW of decoded images")->capture_default_str();
+    cmd->add_option("--cache", options.cache_dir,
+                    "Node cache folder on local disk, shared by the node's ranks and jobs");
+    cmd->add_option("--cache-gib", cache_gib,
+                    "Node cache limit (0 = the disk's free space less 5%)")
+        ->capture_default_str();
+    cmd->add_option("--cache-policy", options.cache_policy, "planned (Belady) or lru")
+        ->capture_default_str();
   }
 
   // Call after parsing.
   Status Finish() {
     options.memory_budget = static_cast<uint64_t>(budget_mib * (1 << 20));
     options.shuffle = !no_shuffle;
+    options.cache_bytes = static_cast<uint64_t>(cache_gib * (1ull << 30));
     if (decode) {
       options.decode.field = "image";
       unsigned h = 0, w = 0;

@@ -206,6 +206,8 @@ class LoaderImpl final : public Loader {
     po.rank = options_.rank;
     po.world_size = options_.world_size;
     po.drop_last = options_.drop_last;
+    po.node_affinity = options_.node_affinity;
+    po.ranks_per_node = options_.ranks_per_node;
     STOKER_ASSIGN_OR_RETURN(EpochPlan plan,
                             EpochPlan::Make(manifest_.Id64(), shard_samples_, po, epoch, position));
     if (auto* cache = dynamic_cast<NodeCache*>(store_.get())) {
@@ -963,7 +965,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
     co.dir = options.cache_dir;
     co.capacity_bytes = options.cache_bytes;
     co.policy = options.cache_policy;
-    co.ranks_per_node = options.cache_ranks_per_node;
+    co.ranks_per_node = options.ranks_per_node;
     co.fallback_uncached = options.cache_fallback;
     STOKER_ASSIGN_OR_RETURN(store, OpenNodeCache(std::move(store), manifest, co));
   }

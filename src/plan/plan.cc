@@ -1,5 +1,6 @@
 #include "stoker/plan.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 
@@ -19,6 +20,29 @@ uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 // from independent generators.
 constexpr uint64_t kShardStream = 0x5348415244ull;     // "SHARD"
 constexpr uint64_t kWindowStream = 0x57494e444f57ull;  // "WINDOW"
+constexpr uint64_t kNodeStream = 0x4e4f4445ull;        // "NODE"
+
+// Shards in `shard_order` (in that order) cut into windows whose samples are
+// permuted together, appended to `order` (see plan.h). `stream` keeps each
+// node's windows apart from the others'.
+void AppendWindows(std::span<const uint32_t> shard_order, std::span<const uint64_t> first,
+                   const PlanOptions& o, uint64_t dataset_id, uint64_t epoch, uint64_t stream,
+                   std::vector<uint64_t>* order) {
+  for (size_t w = 0; w * o.shuffle_window_shards < shard_order.size(); ++w) {
+    const size_t begin = order->size();
+    const size_t end_shard =
+        std::min<size_t>(shard_order.size(), (w + 1) * o.shuffle_window_shards);
+    for (size_t k = w * o.shuffle_window_shards; k < end_shard; ++k) {
+      const uint32_t s = shard_order[k];
+      for (uint64_t id = first[s]; id < first[s + 1]; ++id) order->push_back(id);
+    }
+    if (o.shuffle) {
+      Rng rng(stream == 0 ? MixSeed({dataset_id, o.seed, epoch, kWindowStream, w})
+                          : MixSeed({dataset_id, o.seed, epoch, kWindowStream, stream, w}));
+      Permute(std::span<uint64_t>(order->data() + begin, order->size() - begin), rng);
+    }
+  }
+}
 
 }  // namespace
 
@@ -83,11 +107,13 @@ Result<EpochPlan> EpochPlan::Make(uint64_t dataset_id, std::span<const uint32_t>
   std::vector<uint64_t> first(num_shards + 1, 0);
   for (size_t i = 0; i < num_shards; ++i) first[i + 1] = first[i] + shard_samples[i];
   const uint64_t n = first[num_shards];
-  if (start_position > n) {
+  if (start_position > n && !o.node_affinity) {
     return InvalidArgument("resume position " + std::to_string(start_position) +
                            " is past the end of the epoch (" + std::to_string(n) + " samples)");
   }
   p.start_ = start_position;
+
+  if (o.node_affinity) return MakeNodeAffine(dataset_id, first, o, epoch, start_position, p);
 
   std::vector<uint32_t> shard_order(num_shards);
   std::iota(shard_order.begin(), shard_order.end(), 0u);
@@ -96,18 +122,7 @@ Result<EpochPlan> EpochPlan::Make(uint64_t dataset_id, std::span<const uint32_t>
     Permute(std::span<uint32_t>(shard_order), rng);
   }
   p.order_.reserve(n);
-  for (size_t w = 0; w * o.shuffle_window_shards < num_shards; ++w) {
-    const size_t begin = p.order_.size();
-    const size_t end_shard = std::min<size_t>(num_shards, (w + 1) * o.shuffle_window_shards);
-    for (size_t k = w * o.shuffle_window_shards; k < end_shard; ++k) {
-      const uint32_t s = shard_order[k];
-      for (uint64_t id = first[s]; id < first[s + 1]; ++id) p.order_.push_back(id);
-    }
-    if (o.shuffle) {
-      Rng rng(MixSeed({dataset_id, o.seed, epoch, kWindowStream, w}));
-      Permute(std::span<uint64_t>(p.order_.data() + begin, p.order_.size() - begin), rng);
-    }
-  }
+  AppendWindows(shard_order, first, o, dataset_id, epoch, 0, &p.order_);
 
   const uint64_t remaining = n - start_position;
   const uint64_t world = o.world_size;
@@ -122,13 +137,93 @@ Result<EpochPlan> EpochPlan::Make(uint64_t dataset_id, std::span<const uint32_t>
   return p;
 }
 
+Result<EpochPlan> EpochPlan::MakeNodeAffine(uint64_t dataset_id, std::span<const uint64_t> first,
+                                            const PlanOptions& o, uint64_t epoch,
+                                            uint64_t start_position, EpochPlan p) {
+  const uint32_t per_node = o.ranks_per_node == 0 ? o.world_size : o.ranks_per_node;
+  if (o.world_size % per_node != 0) {
+    return InvalidArgument("node affinity: ranks_per_node " + std::to_string(per_node) +
+                           " does not divide world_size " + std::to_string(o.world_size));
+  }
+  if (start_position % o.world_size != 0) {
+    // A position of a node-affine plan counts whole steps (see plan.h).
+    return InvalidArgument("node affinity: resume position " + std::to_string(start_position) +
+                           " is not a whole step of world_size " + std::to_string(o.world_size) +
+                           " (a node-affine plan resumes on the same world only)");
+  }
+  const uint32_t nodes = o.world_size / per_node;
+  const size_t num_shards = first.size() - 1;
+  // Which node owns which shard: fixed for the run (no epoch in the seed).
+  std::vector<uint32_t> owner_order(num_shards);
+  std::iota(owner_order.begin(), owner_order.end(), 0u);
+  Rng owner_rng(MixSeed({dataset_id, o.seed, kNodeStream}));
+  Permute(std::span<uint32_t>(owner_order), owner_rng);
+  const uint32_t node = o.rank / per_node;
+  uint64_t largest = 0, smallest = UINT64_MAX;
+  p.order_.reserve(first[num_shards]);
+  for (uint32_t k = 0; k < nodes; ++k) {
+    std::vector<uint32_t> part(owner_order.begin() + num_shards * k / nodes,
+                               owner_order.begin() + num_shards * (k + 1) / nodes);
+    std::sort(part.begin(), part.end());
+    if (o.shuffle) {
+      Rng rng(MixSeed({dataset_id, o.seed, epoch, kShardStream, kNodeStream, k}));
+      Permute(std::span<uint32_t>(part), rng);
+    }
+    const uint64_t begin = p.order_.size();
+    AppendWindows(part, first, o, dataset_id, epoch, kNodeStream + k, &p.order_);
+    const uint64_t samples = p.order_.size() - begin;
+    if (k == node) {
+      p.node_begin_ = begin;
+      p.node_samples_ = samples;
+    }
+    largest = std::max(largest, samples);
+    smallest = std::min(smallest, samples);
+  }
+  if (smallest == 0 && first[num_shards] > 0) {
+    return InvalidArgument("node affinity: " + std::to_string(num_shards) + " shards cannot give " +
+                           "each of " + std::to_string(nodes) + " nodes a part");
+  }
+  p.affinity_ = true;
+  p.per_node_ = per_node;
+  p.local_ = o.rank % per_node;
+  p.start_step_ = start_position / o.world_size;
+  // Steps every rank takes: the largest part's (others pad), or with
+  // drop_last the full batches of the smallest.
+  const uint64_t steps = (largest + per_node - 1) / per_node;
+  p.end_position_ = steps * o.world_size;
+  if (start_position > p.end_position_) {
+    return InvalidArgument("resume position " + std::to_string(start_position) +
+                           " is past the end of the epoch (" + std::to_string(p.end_position_) +
+                           " = " + std::to_string(steps) + " steps x world " +
+                           std::to_string(o.world_size) + ", node affinity)");
+  }
+  const uint64_t left = steps > p.start_step_ ? steps - p.start_step_ : 0;
+  if (o.drop_last) {
+    const uint64_t min_steps = smallest / per_node;
+    const uint64_t min_left = min_steps > p.start_step_ ? min_steps - p.start_step_ : 0;
+    p.num_batches_ = min_left / o.batch_size;
+    p.rank_samples_ = p.num_batches_ * o.batch_size;
+  } else {
+    p.rank_samples_ = p.node_samples_ == 0 ? 0 : left;
+    p.num_batches_ = (p.rank_samples_ + o.batch_size - 1) / o.batch_size;
+  }
+  return p;
+}
+
 uint64_t EpochPlan::RankSample(uint64_t j) const {
+  if (affinity_) {
+    const uint64_t q = (start_step_ + j) * per_node_ + local_;
+    return order_[node_begin_ + (q < node_samples_ ? q : (q - node_samples_) % node_samples_)];
+  }
   const uint64_t q = start_ + j * world_ + rank_;
   const uint64_t n = order_.size();
   return q < n ? order_[q] : order_[(q - n) % n];
 }
 
-bool EpochPlan::IsPadding(uint64_t j) const { return start_ + j * world_ + rank_ >= order_.size(); }
+bool EpochPlan::IsPadding(uint64_t j) const {
+  if (affinity_) return (start_step_ + j) * per_node_ + local_ >= node_samples_;
+  return start_ + j * world_ + rank_ >= order_.size();
+}
 
 void EpochPlan::BatchRange(uint64_t b, uint64_t* first, uint64_t* count) const {
   *first = b * batch_;
@@ -140,8 +235,9 @@ uint64_t EpochPlan::PositionAfter(uint64_t batches) const {
   if (batches >= num_batches_ && !order_.empty()) {
     // The epoch is over for every rank; with drop_last the dropped tail is
     // not "pending", so the position is the end.
-    return order_.size();
+    return affinity_ ? end_position_ : order_.size();
   }
+  if (affinity_) return std::min<uint64_t>((start_step_ + consumed) * world_, end_position_);
   return std::min<uint64_t>(start_ + consumed * world_, order_.size());
 }
 
