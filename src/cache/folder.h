@@ -38,7 +38,10 @@ struct Entry {
   uint32_t pid;  // the fetcher's, for messages
   uint64_t bytes;
   uint64_t last_use;
-  uint64_t reserved;
+  // Reads of the shard in epoch reads_epoch - 1 by the node's ranks (planned
+  // eviction: a shard every rank has read is done for the epoch).
+  uint32_t reads_epoch;
+  uint32_t reads;
 };
 static_assert(sizeof(Entry) == 32);
 

@@ -26,6 +26,8 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
     shard_of.insert(shard_of.end(), shard_samples[s], s);
 
   NeedOrder o;
+  o.readers.assign(shard_samples.size(), 0);
+  std::vector<uint32_t> seen_by(shard_samples.size(), UINT32_MAX);
   o.first_step.assign(shard_samples.size(), kNever);
   o.last_step.assign(shard_samples.size(), 0);
   for (uint32_t r = first_rank; r < end_rank; ++r) {
@@ -38,6 +40,10 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
       const uint64_t id = p.RankSample(j);
       if (id >= shard_of.size()) continue;
       const uint32_t s = shard_of[id];
+      if (seen_by[s] != r) {
+        seen_by[s] = r;
+        o.readers[s]++;
+      }
       o.first_step[s] = std::min(o.first_step[s], j);
       o.last_step[s] = std::max(o.last_step[s], j);
     }

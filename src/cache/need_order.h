@@ -28,6 +28,10 @@ struct NeedOrder {
   std::vector<uint32_t> sequence;
   // Steps in the epoch (the largest rank share).
   uint64_t steps = 0;
+  // Per shard: how many ranks of the node read it this epoch (a rank reads
+  // a shard once, whole, however many of its samples it takes): that many
+  // reads make it done for the epoch.
+  std::vector<uint32_t> readers;
   // Shard -> its index in `sequence`, or UINT32_MAX.
   std::vector<uint32_t> index_of;
   // index_of[shard] as a signed value: -1 when the node does not need it.

@@ -177,6 +177,7 @@ class NodeCacheImpl final : public NodeCache {
       cur_ = std::make_shared<const NeedOrder>(std::move(cur));
       next_ = std::make_shared<const NeedOrder>(std::move(next));
       cursor_ = 0;
+      epoch_ = epoch;
       generation_++;
     }
     plan_cv_.notify_all();
@@ -202,8 +203,9 @@ class NodeCacheImpl final : public NodeCache {
   // ---- the read path -----------------------------------------------------------
   Result<size_t> ReadShard(uint32_t s, uint64_t offset, std::span<std::byte> dst) {
     const uint64_t bytes = manifest_.shards[s].bytes;
-    Touch(s);
-    if (offset == 0 && dst.size() >= bytes) {
+    const bool whole = offset == 0 && dst.size() >= bytes;
+    Touch(s, whole);
+    if (whole) {
       STOKER_RETURN_IF_ERROR(GetWhole(s, dst.first(bytes), /*prefetch=*/false));
       return size_t(bytes);
     }
@@ -482,7 +484,7 @@ class NodeCacheImpl final : public NodeCache {
     {
       Locked l(this);
       FixStale(s);
-      admitted = Reserve(s);
+      admitted = Reserve(s, prefetch);
     }
     if (prefetch && !admitted) return NoSpace("cache: no room to prefetch " + info.key);
     auto n = target()->Read(info.key, 0, dst);
@@ -557,11 +559,16 @@ class NodeCacheImpl final : public NodeCache {
   // When shard s is next needed on this node, in steps from now (Belady's
   // key); kNever when not in this epoch or the next.
   uint64_t NextUse(uint32_t s, const NeedOrder* cur, const NeedOrder* next, uint64_t cursor) const {
-    if (cur && cur->first_step[s] != kNever && cur->last_step[s] >= cursor) {
+    // Needed this epoch until every rank of the node has read it (counted in
+    // the table: ranks do not run in step, so one rank's progress says
+    // little about the others'); needed now once its first step is past.
+    const Entry& e = At(s);
+    const bool done = e.reads_epoch == uint32_t(epoch_ + 1) && e.reads >= cur->readers[s];
+    if (cur->first_step[s] != kNever && !done) {
       return cur->first_step[s] > cursor ? cur->first_step[s] - cursor : 0;
     }
     if (next && next->first_step[s] != kNever) {
-      const uint64_t left = cur && cur->steps > cursor ? cur->steps - cursor : 0;
+      const uint64_t left = cur->steps > cursor ? cur->steps - cursor : 0;
       return left + next->first_step[s] + 1;
     }
     return kNever;
@@ -569,8 +576,9 @@ class NodeCacheImpl final : public NodeCache {
 
   // Under the folder lock: reserves shard s's bytes, evicting as the policy
   // says; false when the cache does not admit s (no room that the policy
-  // would free: every cached shard is pinned or, planned, needed sooner).
-  bool Reserve(uint32_t s) {
+  // would free: every cached shard is pinned or, for a prefetch under the
+  // planned policy, needed sooner).
+  bool Reserve(uint32_t s, bool prefetch) {
     const uint64_t bytes = manifest_.shards[s].bytes;
     if (bytes > capacity_) return false;
     FolderHeader* h = Header();
@@ -590,9 +598,12 @@ class NodeCacheImpl final : public NodeCache {
       for (uint32_t x = 0; x < manifest_.shards.size(); ++x) {
         if (x == s || At(x).state != cache_internal::kPresent) continue;
         if (planned) {
+          // Belady: the furthest next use goes first. A prefetch evicts only
+          // what is needed later than its shard (else it waits); a read
+          // evicts regardless: the node's other ranks want the shard now,
+          // and a shard passed through uncached is read remotely by each.
           const uint64_t use = NextUse(x, cur.get(), next.get(), cursor);
-          // Belady: keep what is needed sooner than s (ties keep the cached one).
-          if (use > mine) order.emplace_back(~use, x);
+          if (use > mine || !prefetch) order.emplace_back(~use, x);
         } else {
           order.emplace_back(At(x).last_use, x);
         }
@@ -621,17 +632,23 @@ class NodeCacheImpl final : public NodeCache {
     return true;
   }
 
-  // A read of shard s: the LRU clock, and this process's place in the plan.
-  void Touch(uint32_t s) {
+  // A read of shard s: the LRU clock, this process's place in the plan and
+  // (a whole-shard read, which a rank makes once per epoch) the reads count.
+  void Touch(uint32_t s, bool whole) {
     {
       std::lock_guard lock(plan_mu_);
       if (cur_ && cur_->first_step[s] != kNever) cursor_ = std::max(cursor_, cur_->first_step[s]);
     }
     plan_cv_.notify_all();
-    if (!planned_) {
-      Locked l(this);
-      At(s).last_use = ++Header()->tick;
+    Locked l(this);
+    Entry& e = At(s);
+    e.last_use = ++Header()->tick;
+    if (!whole) return;
+    if (e.reads_epoch != uint32_t(epoch_ + 1)) {
+      e.reads_epoch = uint32_t(epoch_ + 1);
+      e.reads = 0;
     }
+    e.reads++;
   }
 
   // ---- planned prefetch ----------------------------------------------------------
@@ -702,6 +719,7 @@ class NodeCacheImpl final : public NodeCache {
   std::condition_variable plan_cv_;
   std::shared_ptr<const NeedOrder> cur_, next_;
   uint64_t cursor_ = 0;
+  std::atomic<uint64_t> epoch_{0};
   uint64_t generation_ = 0;
   bool stop_ = false;
   std::thread prefetcher_;

@@ -178,6 +178,11 @@ int RunNode(const NodeArgs& a) {
   // epoch -> the ranks' reports.
   std::map<uint32_t, std::vector<nlohmann::json>> reports;
   size_t open = kids.size();
+  std::vector<bool> released(a.epochs, false);
+  auto Release = [&](uint32_t e) {  // the barrier: every rank goes on
+    released[e] = true;
+    for (auto& k : kids) (void)!write(k.in, "g", 1);
+  };
   while (open > 0) {
     std::vector<pollfd> fds;
     for (auto& k : kids) fds.push_back({k.out, POLLIN, 0});
@@ -189,8 +194,11 @@ int RunNode(const NodeArgs& a) {
       if (n <= 0) {
         close(kids[i].out);
         kids[i].out = -1;
-        fds[i].fd = -1;
         open--;
+        // A rank that died does not hold the others at the barrier.
+        for (uint32_t e = 0; e + 1 < a.epochs; ++e) {
+          if (!released[e] && !reports[e].empty() && reports[e].size() >= open) Release(e);
+        }
         continue;
       }
       kids[i].buffer.append(buf, size_t(n));
@@ -203,9 +211,7 @@ int RunNode(const NodeArgs& a) {
         j["rank"] = kids[i].rank;
         const uint32_t e = j["epoch"];
         reports[e].push_back(j);
-        if (reports[e].size() == kids.size() && e + 1 < a.epochs) {
-          for (auto& k : kids) (void)!write(k.in, "g", 1);  // the barrier: all go on
-        }
+        if (reports[e].size() >= open && e + 1 < a.epochs && !released[e]) Release(e);
       }
     }
   }
