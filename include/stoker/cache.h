@@ -11,10 +11,11 @@
 //     fetcher that dies loses its lock with its file descriptors: the next
 //     waiter takes the lock, sees no file and fetches the shard itself.
 //   - A shard file is written under a temporary name and renamed, and every
-//     hit is checked against the manifest (header, index, and by default
-//     every sample's checksum) before a byte of it is delivered: a bad cache
-//     file is dropped, counted and fetched again. After a restart the files
-//     are reused.
+//     hit is checked against the manifest (header and index; every sample's
+//     checksum too when the file is not as the cache wrote it, see
+//     CacheOptions::verify_samples) before a byte of it is delivered: a bad
+//     cache file is dropped, counted and fetched again. After a restart the
+//     files are reused.
 //   - Space: a table in the folder (mmap'd, under a folder lock) holds what
 //     each process fetched and keeps; a fetch reserves its bytes before it
 //     starts, so the folder never holds more than the limit (temporary files
@@ -68,9 +69,12 @@ struct CacheOptions {
   // (planned only; fewer when the cache has no room). Default: 16 (64 MiB
   // of 4 MiB shards: two shuffle windows of the default 8).
   uint32_t prefetch_shards = 16;
-  // Check every sample's checksum of a cache file on each hit, not only its
-  // header and index: a record changed on the cache disk is then refetched
-  // rather than failing the loader's own check. Default: on.
+  // Check every sample's checksum of a fetched shard before it is cached,
+  // and of a cache file on a hit when the file is not the one the cache
+  // wrote (its inode or ctime differ: changed or replaced behind its back),
+  // so that it is dropped and fetched again rather than failing the
+  // loader's own check. A hit on a file as written checks its header and
+  // index (the loader checks each sample as it delivers it). Default: on.
   bool verify_samples = true;
   // When the folder cannot be used (not writable, no space, no OFD locks),
   // serve every read from the remote store and say so once on stderr,

@@ -23,7 +23,7 @@
 namespace stoker::cache_internal {
 
 inline constexpr uint64_t kFolderMagic = 0x31454843414b5453ull;   // "STKACHE1"
-inline constexpr uint64_t kDatasetMagic = 0x31534443414b5453ull;  // "STKACDS1"
+inline constexpr uint64_t kDatasetMagic = 0x32534443414b5453ull;  // "STKACDS2"
 
 struct FolderHeader {
   uint64_t magic;
@@ -42,8 +42,13 @@ struct Entry {
   // eviction: a shard every rank has read is done for the epoch).
   uint32_t reads_epoch;
   uint32_t reads;
+  // The cache file as its fetcher wrote it (inode, ctime in ns): a file that
+  // still matches was checked whole when fetched; one that does not was
+  // changed or replaced behind the cache's back.
+  uint64_t ino;
+  uint64_t ctime_ns;
 };
-static_assert(sizeof(Entry) == 32);
+static_assert(sizeof(Entry) == 48);
 
 struct DatasetHeader {
   uint64_t magic;

@@ -253,6 +253,10 @@ class NodeCacheImpl final : public NodeCache {
     return ds_dir_ + name;
   }
 
+  std::string TmpPath(uint32_t s, uint32_t pid) const {
+    return ds_dir_ + "/.tmp-" + std::to_string(s) + "-" + std::to_string(pid);
+  }
+
   Status FolderError(Status st) const {
     if (st.ok()) return st;
     return Status(st.code(), "cache folder " + options_.dir + ": " + st.message());
@@ -350,6 +354,9 @@ class NodeCacheImpl final : public NodeCache {
   void FixStale(uint32_t s) {
     Entry& e = At(s);
     if (e.state == cache_internal::kAbsent) return;
+    // Its fetcher's temporary file, if the kill came before the rename: gone
+    // before its bytes are freed, so the folder stays within the limit.
+    if (e.state == cache_internal::kFetching) unlink(TmpPath(s, e.pid).c_str());
     struct stat st;
     const bool file =
         stat(FilePath(s).c_str(), &st) == 0 && uint64_t(st.st_size) == manifest_.shards[s].bytes;
@@ -366,10 +373,12 @@ class NodeCacheImpl final : public NodeCache {
     return __atomic_load_n(&At(s).state, __ATOMIC_ACQUIRE) == cache_internal::kPresent;
   }
 
-  Status Verify(uint32_t s, std::span<const std::byte> data) const {
+  // Header and index against the manifest; with `samples`, every sample's
+  // checksum too.
+  Status Verify(uint32_t s, std::span<const std::byte> data, bool samples) const {
     STOKER_ASSIGN_OR_RETURN(format::ShardView v,
                             format::ShardView::Parse(data, format::ExpectationFor(manifest_, s)));
-    if (options_.verify_samples) {
+    if (samples) {
       for (uint32_t i = 0; i < v.sample_count(); ++i) STOKER_RETURN_IF_ERROR(v.VerifySample(i));
     }
     return Status::Ok();
@@ -393,23 +402,41 @@ class NodeCacheImpl final : public NodeCache {
           if (n <= 0) break;
           done += uint64_t(n);
         }
-        if (done == dst.size() && Verify(s, dst).ok()) look = Look::kHit;
+        // A file as its fetcher wrote it was checked whole then; its
+        // samples are checked again by the loader as it delivers them.
+        const Entry& e = At(s);
+        const bool as_written =
+            Present(s) && e.ino == uint64_t(st.st_ino) && e.ctime_ns == CtimeNs(st);
+        const bool samples = options_.verify_samples && !as_written;
+        if (done == dst.size() && Verify(s, dst, samples).ok()) {
+          look = Look::kHit;
+          if (!as_written) Adopt(s, st);
+        }
       }
     }
     close(fd);
-    if (look == Look::kHit && !Present(s)) Adopt(s);
     return look;
   }
 
+  static uint64_t CtimeNs(const struct stat& st) {
+    return uint64_t(st.st_ctim.tv_sec) * 1000000000ull + uint64_t(st.st_ctim.tv_nsec);
+  }
+
   // A good file the table does not count (its fetcher was killed between
-  // rename and bookkeeping, or the table was lost).
-  void Adopt(uint32_t s) {
+  // rename and bookkeeping, or the table was lost), or whose identity it
+  // does not know.
+  // Also records the identity of a file found good whole.
+  void Adopt(uint32_t s, const struct stat& st) {
     Locked l(this);
     Entry& e = At(s);
-    if (e.state != cache_internal::kAbsent) return;
-    e.bytes = manifest_.shards[s].bytes;
-    e.state = cache_internal::kPresent;
-    Header()->used += e.bytes;
+    if (e.state == cache_internal::kFetching) return;  // its fetcher is still at it
+    if (e.state == cache_internal::kAbsent) {
+      e.bytes = manifest_.shards[s].bytes;
+      e.state = cache_internal::kPresent;
+      Header()->used += e.bytes;
+    }
+    e.ino = uint64_t(st.st_ino);
+    e.ctime_ns = CtimeNs(st);
   }
 
   // The whole shard s into dst, through the cache.
@@ -495,13 +522,17 @@ class NodeCacheImpl final : public NodeCache {
     }
     if (st.ok()) {
       remote_bytes_ += *n;
-      st = Verify(s, dst);
+      st = Verify(s, dst, options_.verify_samples);
     }
     if (st.ok() && admitted) {
       // A cache that cannot write (a full disk) still serves the read.
-      if (WriteFile(s, dst).ok()) {
+      struct stat written;
+      if (WriteFile(s, dst).ok() && stat(FilePath(s).c_str(), &written) == 0) {
         Locked l(this);
-        At(s).state = cache_internal::kPresent;
+        Entry& e = At(s);
+        e.ino = uint64_t(written.st_ino);
+        e.ctime_ns = CtimeNs(written);
+        __atomic_store_n(&e.state, cache_internal::kPresent, __ATOMIC_RELEASE);
         admitted = false;
       }
     }
@@ -511,7 +542,7 @@ class NodeCacheImpl final : public NodeCache {
   }
 
   Status WriteFile(uint32_t s, std::span<const std::byte> data) {
-    const std::string tmp = ds_dir_ + "/.tmp-" + std::to_string(s) + "-" + std::to_string(getpid());
+    const std::string tmp = TmpPath(s, uint32_t(getpid()));
     int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return WriteFailed(ErrnoToStatus(errno, "create " + tmp));
     uint64_t done = 0;
