@@ -10,7 +10,8 @@
 # daemons on 10.231.0.1, a veth address in that namespace) and a bridge;
 # stk2n-node0 and stk2n-node1 are the nodes (10.231.0.10, .11), each joined to
 # the bridge by a veth pair shaped with netem on both ends (rate 10gbit,
-# delay 0.2ms: a 10 GbE link, 0.4 ms round trip). No other address is used.
+# delay 0.2ms: a 10 GbE link, 0.4 ms round trip; tbf at the same rate where
+# the kernel has no netem). No other address is used.
 #
 # Runs, per node at once: `stoker bench node rados://training_data/two-nodes
 # --ranks 4 --world-size 8 --rank-offset 0|4 --ranks-per-node 4 --cache
@@ -43,6 +44,16 @@ trap cleanup EXIT
 
 [ "$(id -u)" = 0 ] || { echo "two-nodes.sh: needs root (ip netns)" >&2; exit 77; }
 
+# netem where the kernel has it; a kernel without sch_netem (some VM kernels)
+# gets the rate alone from tbf, and the run says so.
+shaping="netem rate 10gbit delay 0.2ms each way"
+shape() {  # namespace, device
+  if ! ip netns exec "$1" tc qdisc add dev "$2" root netem rate 10gbit delay 0.2ms 2>/dev/null; then
+    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate 10gbit burst 1mb latency 10ms
+    shaping="tbf rate 10gbit each way (no sch_netem in this kernel: no added delay)"
+  fi
+}
+
 ip netns add "$ns_ceph"
 ip -n "$ns_ceph" link set lo up
 ip -n "$ns_ceph" link add br0 type bridge
@@ -58,17 +69,18 @@ for i in 0 1; do
   ip -n "$ns" link set eth0 up
   ip -n "$ns_ceph" link set n$i master br0
   ip -n "$ns_ceph" link set n$i up
-  ip netns exec "$ns" tc qdisc add dev eth0 root netem rate 10gbit delay 0.2ms
-  ip netns exec "$ns_ceph" tc qdisc add dev n$i root netem rate 10gbit delay 0.2ms
+  shape "$ns" eth0
+  shape "$ns_ceph" n$i
 done
 
 echo "starting Ceph in $ns_ceph on $addr_ceph" >&2
 ip netns exec "$ns_ceph" env STOKER_CEPH_ADDR=$addr_ceph "$here/ceph-cluster.sh" start \
   "$work/ceph" >"$work/ceph.env"
 export CEPH_CONF=$work/ceph/ceph.conf
+mon_port=$(sed -n 's/^mon host = v2:[0-9.]*:\([0-9]*\).*/\1/p' "$CEPH_CONF")
 for i in 0 1; do
-  ip netns exec "${nodes[$i]}" ping -c 1 -W 2 $addr_ceph >/dev/null ||
-    { echo "two-nodes.sh: node $i cannot reach $addr_ceph" >&2; exit 1; }
+  ip netns exec "${nodes[$i]}" timeout 5 bash -c "exec 3<>/dev/tcp/$addr_ceph/$mon_port" ||
+    { echo "two-nodes.sh: node $i cannot reach the monitor at $addr_ceph:$mon_port" >&2; exit 1; }
 done
 
 # A dataset of 1200 random files of 80-120 KB in 1 MiB shards (~115 MiB).
@@ -109,6 +121,6 @@ for ea, eb in zip(a["epochs"], b["epochs"]):
 EOF
 }
 
-echo "two nodes x 4 ranks, netem rate 10gbit delay 0.2ms each way, $(date -u '+%F %H:%M UTC')"
+echo "two nodes x 4 ranks, $shaping, $(date -u '+%F %H:%M UTC')"
 run global
 run affinity --node-affinity
