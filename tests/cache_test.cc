@@ -485,14 +485,15 @@ TEST(NodeCache, FullDiskIsAClearError) {
   EXPECT_LE((*big)->stats().used_bytes, 256u << 10);
 }
 
-// Elastic resume: W ranks (processes) consume part of an epoch through a
-// shared cache, then W' ranks resume from the saved (global) position; every
-// sample of the epoch is delivered exactly once across the two runs.
-void ElasticResume(uint32_t w1, uint32_t w2, uint32_t batches_first) {
+// Elastic resume: W ranks (processes) on W / rpn1 nodes (a cache folder per
+// node) consume part of an epoch, then W' ranks on W' / rpn2 nodes resume
+// from the saved (global) position; every sample of the epoch is delivered
+// exactly once across the two runs.
+void ElasticResume(uint32_t w1, uint32_t rpn1, uint32_t w2, uint32_t rpn2, uint32_t batches_first) {
   TempDir t;
   Dataset d(t.path(), 500, 12);
   const std::string dir = (t.path() / "cache").string();
-  auto run = [&](uint32_t world, uint64_t position, int64_t batches) {
+  auto run = [&](uint32_t world, uint32_t rpn, uint64_t position, int64_t batches) {
     return InChildren(int(world), [&](int rank) -> std::string {
       LoaderOptions o;
       o.batch_size = 8;
@@ -502,7 +503,8 @@ void ElasticResume(uint32_t w1, uint32_t w2, uint32_t batches_first) {
       o.world_size = world;
       o.seed = 42;
       o.start = {0, position};
-      o.cache_dir = dir;
+      o.ranks_per_node = rpn;
+      o.cache_dir = dir + "/node" + std::to_string(uint32_t(rank) / rpn);
       auto l = Loader::Open(d.uri, o);
       if (!l.ok()) return "ERR " + l.status().ToString();
       std::string ids;
@@ -522,7 +524,7 @@ void ElasticResume(uint32_t w1, uint32_t w2, uint32_t batches_first) {
   };
   std::map<uint64_t, int> seen;
   uint64_t position = 0;
-  for (const auto& r : run(w1, 0, batches_first)) {
+  for (const auto& r : run(w1, rpn1, 0, batches_first)) {
     ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
     std::istringstream in(r);
     std::string tok;
@@ -539,7 +541,7 @@ void ElasticResume(uint32_t w1, uint32_t w2, uint32_t batches_first) {
     }
   }
   ASSERT_EQ(position, uint64_t(batches_first) * 8 * w1);
-  for (const auto& r : run(w2, position, -1)) {
+  for (const auto& r : run(w2, rpn2, position, -1)) {
     ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
     std::istringstream in(r);
     std::string tok;
@@ -549,8 +551,62 @@ void ElasticResume(uint32_t w1, uint32_t w2, uint32_t batches_first) {
   for (const auto& [id, n] : seen) ASSERT_EQ(n, 1) << "sample " << id;
 }
 
-TEST(NodeCache, ElasticResumeFourToThree) { ElasticResume(4, 3, 5); }
-TEST(NodeCache, ElasticResumeTwoToFive) { ElasticResume(2, 5, 7); }
+// Node affinity through the loader: 2 nodes x 2 ranks, a cache per node;
+// together the nodes fetch the dataset once (each its own part), and every
+// sample is delivered once.
+TEST(NodeCache, NodeAffinityFetchesEachShardOnOneNode) {
+  TempDir t;
+  Dataset d(t.path(), 400, 13);
+  const std::string dir = (t.path() / "cache").string();
+  auto results = InChildren(4, [&](int rank) -> std::string {
+    LoaderOptions o;
+    o.batch_size = 8;
+    o.threads = 1;
+    o.rank = uint32_t(rank);
+    o.world_size = 4;
+    o.ranks_per_node = 2;
+    o.node_affinity = true;
+    o.cache_dir = dir + "/node" + std::to_string(rank / 2);
+    auto l = Loader::Open(d.uri, o);
+    if (!l.ok()) return "ERR " + l.status().ToString();
+    std::string ids;
+    while (true) {
+      auto b = (*l)->Next();
+      if (!b.ok()) {
+        if (b.status().code() == Code::kOutOfRange) break;
+        return "ERR " + b.status().ToString();
+      }
+      for (size_t i = 0; i < b->size(); ++i) {
+        if (!b->padding()[i]) ids += std::to_string(b->sample_ids()[i]) + " ";
+      }
+    }
+    return ids + "remote=" + std::to_string((*l)->stats().remote_bytes);
+  });
+  std::map<uint64_t, int> seen;
+  uint64_t remote = 0;
+  for (const auto& r : results) {
+    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
+    std::istringstream in(r);
+    std::string tok;
+    while (in >> tok) {
+      if (tok.starts_with("remote=")) {
+        remote += std::stoull(tok.substr(7));
+      } else {
+        seen[std::stoull(tok)]++;
+      }
+    }
+  }
+  ASSERT_EQ(seen.size(), d.manifest.sample_count);
+  for (const auto& [id, n] : seen) ASSERT_EQ(n, 1) << "sample " << id;
+  EXPECT_EQ(remote, d.bytes) << "each shard fetched by one node, once";
+  // And each node's folder holds only its part.
+  EXPECT_LT(FolderBytes(dir + "/node0"), d.bytes);
+  EXPECT_EQ(FolderBytes(dir + "/node0") + FolderBytes(dir + "/node1"), d.bytes);
+}
+
+// 2 nodes x 2 ranks, then 1 node x 3; 2 nodes x 1 rank, then 1 node x 5.
+TEST(NodeCache, ElasticResumeFourToThree) { ElasticResume(4, 2, 3, 3, 5); }
+TEST(NodeCache, ElasticResumeTwoToFive) { ElasticResume(2, 1, 5, 5, 7); }
 
 }  // namespace
 }  // namespace stoker
