@@ -21,8 +21,14 @@ uninterrupted run would.
     /usr/bin/python3 examples/train_fashion_mnist.py --steps 600 --checkpoint /tmp/fm-ckpt  # resumes
     stoker ckpt ls /tmp/fm-ckpt
 
-Distributed (each rank reads its share; gradients are not averaged here, this
-only shows the data side): torchrun --nproc-per-node 2 examples/train_fashion_mnist.py
+Distributed (each rank reads its share; gradients are averaged by DDP over
+gloo, through stoker.timed_allreduce_hook so that the all-reduce is timed):
+torchrun --nproc-per-node 2 examples/train_fashion_mnist.py
+
+At the end the run prints where its steps' time went (data / h2d / compute /
+comm / checkpoint, % of step; stoker.metrics); --run-log keeps one JSON line
+per step for `stoker report RUN_LOG -o report.html`, and --metrics publishes
+Prometheus metrics for `stoker exporter`.
 """
 
 import argparse
@@ -156,15 +162,28 @@ def main(argv=None):
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--log-json", help="append one JSON line per step (step, epoch, loss, ids)")
+    p.add_argument("--run-log", help="append each step's breakdown (JSON lines, `stoker report`)")
+    p.add_argument("--metrics", action="store_true",
+                   help="publish Prometheus metrics for `stoker exporter`")
     p.add_argument("--eval-limit", type=int, default=-1,
                    help="evaluate on the first N test images at the end (0 = all, -1 = none)")
     args = p.parse_args(argv)
 
     torch.manual_seed(args.seed)
     train_uri = prepare(args.fashion_dir, args.work_dir, "train", args.limit)
+    if args.metrics:
+        stoker.metrics.enable()
+    stoker.metrics.start()  # before the Loader, so that it measures its data wait
     loader = stoker.Loader(train_uri, args.batch_size, seed=args.seed, threads=args.threads,
                            format="torch")
     model = SmallCNN()
+    if loader.world_size > 1:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        dist.init_process_group("gloo")
+        model = DistributedDataParallel(model)
+        model.register_comm_hook(None, stoker.timed_allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     step, epoch = 0, 0
@@ -179,16 +198,18 @@ def main(argv=None):
 
     pending = None  # the save in flight
     log = open(args.log_json, "a") if args.log_json else None
-    start, start_step = time.time(), step
+    start, start_step = time.monotonic(), step
+    stoker.metrics.start(args.run_log)  # the first step begins now
     print(f"training on {loader.info['samples']} images, {len(loader)} batches per epoch, "
           f"rank {loader.rank}/{loader.world_size}", flush=True)
     while step < args.steps:
         loader.set_epoch(epoch)  # keeps a resume point in this epoch
-        for batch in loader:
-            loss = F.cross_entropy(model(images_of(batch)), batch["label"])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        for batch in loader:  # the Loader times its data wait itself
+            with stoker.phase("compute"):  # the DDP hook's all-reduce inside counts as comm
+                loss = F.cross_entropy(model(images_of(batch)), batch["label"])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             step += 1
             if log:
                 log.write(json.dumps({"step": step, "epoch": epoch, "loss": loss.item(),
@@ -197,21 +218,28 @@ def main(argv=None):
                 print(f"step {step} epoch {epoch} loss {loss.item():.4f}", flush=True)
             if args.checkpoint and (step % args.save_every == 0 or step == args.steps):
                 if pending is not None:
-                    pending.wait()  # raises if that save failed: never lost silently
+                    with stoker.phase("checkpoint"):  # waiting for the last save stalls too
+                        pending.wait()  # raises if that save failed: never lost silently
                 pending = save_checkpoint(args.checkpoint, model, optimizer, loader, step)
+            stoker.metrics.step()
             if step >= args.steps:
                 break
         else:
             epoch += 1
+    elapsed = time.monotonic() - start
     if pending is not None:
         pending.wait()
     if log:
         log.close()
-    elapsed = time.time() - start
     stats = loader.stats()
     if step > start_step:
+        totals = stoker.metrics.totals()
+        measured = sum(totals[p] for p in stoker.metrics.PHASES)
         print(f"{step - start_step} steps in {elapsed:.1f} s, waited for data "
               f"{stats['wait_seconds']:.2f} s", flush=True)
+        print(stoker.metrics.table(totals))
+        print(f"breakdown: {measured:.3f} s of {elapsed:.3f} s measured "
+              f"({100 * measured / elapsed:.1f}%)", flush=True)
     if args.eval_limit >= 0:
         test_uri = prepare(args.fashion_dir, args.work_dir, "t10k", args.eval_limit)
         correct, total = evaluate(model, test_uri, 256)

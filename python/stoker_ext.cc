@@ -37,6 +37,7 @@
 #include "stoker/format.h"
 #include "stoker/gpu.h"
 #include "stoker/loader.h"
+#include "stoker/metrics.h"
 #include "stoker/pack.h"
 #include "stoker/status.h"
 #include "stoker/store.h"
@@ -123,16 +124,35 @@ py::array ByteView(std::span<const std::byte> bytes, const py::capsule& owner) {
   return py::array_t<uint8_t>({bytes.size()}, {sizeof(uint8_t)}, p, owner);
 }
 
-py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& owner) {
-  const size_t hw = size_t{c.width} * c.channels;
-  (void)hw;
-  if (c.dtype != ImageDType::kUInt8 || c.layout != ImageLayout::kNHWC) {
-    throw std::runtime_error("image columns other than uint8 NHWC are not exported yet");
+// An image column's shape: (N, H, W, C) or (N, C, H, W) by its layout.
+std::vector<int64_t> ImageShape(const Batch::ImageColumn& c, size_t n) {
+  const int64_t h = c.height, w = c.width, ch = c.channels;
+  if (c.layout == ImageLayout::kNCHW) return {int64_t(n), ch, h, w};
+  return {int64_t(n), h, w, ch};
+}
+
+py::dtype ImageNumpyDType(ImageDType t) {
+  switch (t) {
+    case ImageDType::kFloat32:
+      return py::dtype("float32");
+    case ImageDType::kFloat16:
+      return py::dtype("float16");
+    case ImageDType::kUInt8:
+      break;
   }
-  return py::array_t<uint8_t>({n, size_t{c.height}, size_t{c.width}, size_t{c.channels}},
-                              {c.height * hw, hw, size_t{c.channels}, size_t{1}},
-                              reinterpret_cast<uint8_t*>(const_cast<std::byte*>(c.data.data())),
-                              owner);
+  return py::dtype("uint8");
+}
+
+py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& owner) {
+  const std::vector<int64_t> shape = ImageShape(c, n);
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = py::ssize_t(ImageDTypeSize(c.dtype));
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return py::array(ImageNumpyDType(c.dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()),
+                   strides, const_cast<std::byte*>(c.data.data()), owner);
 }
 
 // How batches are handed to Python: `array` (e.g. torch.from_numpy) is applied
@@ -226,7 +246,7 @@ struct DLManagedTensorVersioned {
   DLTensor dl_tensor;
 };
 constexpr int32_t kDLCUDA = 2;
-constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLBool = 6;
+constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6;
 
 // One array of a batch in device memory; holds the batch's device copy.
 struct DeviceArray {
@@ -331,9 +351,10 @@ py::dict DeviceBatchDict(const Batch& b, const Output& out) {
     d[py::str(c.name)] = DeviceOut(out, b, c.values.data(), {n}, {kDLInt, 64, 1});
   }
   for (const auto& c : b.image_columns()) {
-    d[py::str(c.name)] =
-        DeviceOut(out, b, c.data.data(),
-                  {n, int64_t(c.height), int64_t(c.width), int64_t(c.channels)}, {kDLUInt, 8, 1});
+    const DLDataType t = c.dtype == ImageDType::kUInt8
+                             ? DLDataType{kDLUInt, 8, 1}
+                             : DLDataType{kDLFloat, uint8_t(8 * ImageDTypeSize(c.dtype)), 1};
+    d[py::str(c.name)] = DeviceOut(out, b, c.data.data(), ImageShape(c, size_t(n)), t);
   }
   for (const auto& c : b.bytes_columns()) {
     py::object offsets = DeviceOut(out, b, c.offsets.data(), {n + 1}, u64);
@@ -392,7 +413,7 @@ class LoaderHandle {
   LoaderHandle(const std::string& uri, const LoaderOptions& options) {
     Result<std::unique_ptr<Loader>> r = [&] {
       py::gil_scoped_release release;
-      return Loader::Open(uri, options);
+      return metrics::OpenLoader(uri, options);  // metered when metrics are on
     }();
     loader_ = Unwrap(std::move(r));
     info_ = ManifestDict(uri, loader_->manifest());
@@ -435,6 +456,8 @@ class LoaderHandle {
     d["samples_delivered"] = s.samples_delivered;
     d["batches_delivered"] = s.batches_delivered;
     d["read_retries"] = s.read_retries;
+    d["decode_skipped"] = s.decode_skipped;
+    d["shared_batches"] = s.shared_batches;
     d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
     d["peak_buffer_bytes"] = s.peak_buffer_bytes;
     d["h2d_bytes"] = s.h2d_bytes;
@@ -489,6 +512,83 @@ class LoaderHandle {
   std::pair<uintptr_t, size_t> last_buffer_{0, 0};
 };
 
+// ---- decode options (stoker/decode.h), built by stoker/loader.py ------------
+
+template <typename E>
+void EnumProperty(py::class_<DecodeOptions>& c, const char* name, E DecodeOptions::*member) {
+  c.def_property(
+      name, [member](const DecodeOptions& o) { return int(o.*member); },
+      [member](DecodeOptions& o, int v) { o.*member = E(v); });
+}
+
+void TripleProperty(py::class_<DecodeOptions>& c, const char* name,
+                    float (DecodeOptions::*member)[3]) {
+  c.def_property(
+      name,
+      [member](const DecodeOptions& o) {
+        return std::array<float, 3>{(o.*member)[0], (o.*member)[1], (o.*member)[2]};
+      },
+      [member](DecodeOptions& o, std::array<float, 3> v) {
+        std::copy(v.begin(), v.end(), o.*member);
+      });
+}
+
+// DecodeSample on one JPEG into a new array (HWC or CHW): the loader's
+// per-sample work without a dataset, for tests and bench/augment_bench.py.
+py::array DecodeOne(const DecodeOptions& o, py::bytes jpeg, uint64_t seed, uint64_t epoch,
+                    uint64_t sample_id) {
+  Check(ValidateDecodeOptions(o));
+  std::vector<py::ssize_t> shape{o.height, o.width, 3};
+  if (o.layout == ImageLayout::kNCHW) shape = {3, o.height, o.width};
+  py::array out(ImageNumpyDType(o.dtype), shape);
+  const std::string_view data = jpeg;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    thread_local DecodeScratch scratch;
+    st = DecodeSample(
+        o, {reinterpret_cast<const std::byte*>(data.data()), data.size()}, {seed, epoch, sample_id},
+        {static_cast<std::byte*>(out.mutable_data()), size_t(out.nbytes())}, &scratch);
+  }
+  Check(st);
+  return out;
+}
+
+void BindDecode(py::module_& m) {
+  py::class_<DecodeOptions> c(m, "_DecodeOptions");
+  c.def(py::init<>())
+      .def_readwrite("field", &DecodeOptions::field)
+      .def_readwrite("height", &DecodeOptions::height)
+      .def_readwrite("width", &DecodeOptions::width)
+      .def_readwrite("scale_min", &DecodeOptions::scale_min)
+      .def_readwrite("scale_max", &DecodeOptions::scale_max)
+      .def_readwrite("ratio_min", &DecodeOptions::ratio_min)
+      .def_readwrite("ratio_max", &DecodeOptions::ratio_max)
+      .def_readwrite("resize_shorter", &DecodeOptions::resize_shorter)
+      .def_readwrite("flip", &DecodeOptions::flip)
+      .def_readwrite("normalize", &DecodeOptions::normalize)
+      .def_readwrite("skip_corrupt", &DecodeOptions::skip_corrupt)
+      .def("validate", [](const DecodeOptions& o) { Check(ValidateDecodeOptions(o)); });
+  EnumProperty(c, "crop", &DecodeOptions::crop);  // CropMode's values
+  EnumProperty(c, "dtype", &DecodeOptions::dtype);
+  EnumProperty(c, "layout", &DecodeOptions::layout);
+  EnumProperty(c, "extent", &DecodeOptions::extent);  // for bench/augment_bench.py
+  TripleProperty(c, "mean", &DecodeOptions::mean);
+  TripleProperty(c, "std", &DecodeOptions::std);
+  m.def("_decode_sample", &DecodeOne, py::arg("options"), py::arg("jpeg"), py::arg("seed") = 0,
+        py::arg("epoch") = 0, py::arg("sample_id") = 0);
+  m.def(
+      "_sample_crop",
+      [](const DecodeOptions& o, uint32_t image_h, uint32_t image_w, uint64_t seed, uint64_t epoch,
+         uint64_t sample_id) {
+        const SampleCrop c = SampleCropFor(o, image_h, image_w, {seed, epoch, sample_id});
+        return py::make_tuple(c.top, c.left, c.height, c.width, c.flip);
+      },
+      py::arg("options"), py::arg("image_h"), py::arg("image_w"), py::arg("seed") = 0,
+      py::arg("epoch") = 0, py::arg("sample_id") = 0,
+      "(top, left, height, width, flip) of a sample's crop, in source pixels");
+}
+
 // Options arrive fully checked from stoker/loader.py; C++ checks them again.
 std::unique_ptr<LoaderHandle> MakeLoader(
     const std::string& uri, uint32_t batch_size, bool shuffle, uint64_t seed,
@@ -498,8 +598,8 @@ std::unique_ptr<LoaderHandle> MakeLoader(
     uint32_t decode_height, uint32_t decode_width, uint32_t read_retries, double read_timeout_s,
     uint64_t start_epoch, uint64_t start_position, std::string posix_engine, uint32_t io_threads,
     double op_timeout_s, std::string device, uint64_t device_memory_budget, std::string read_unit,
-    std::string cache_dir, uint64_t cache_bytes, std::string cache_policy, uint32_t ranks_per_node,
-    bool node_affinity) {
+    std::optional<DecodeOptions> decode, std::string cache_dir, uint64_t cache_bytes,
+    std::string cache_policy, uint32_t ranks_per_node, bool node_affinity) {
   LoaderOptions o;
   o.cache_dir = std::move(cache_dir);
   o.cache_bytes = cache_bytes;
@@ -522,6 +622,7 @@ std::unique_ptr<LoaderHandle> MakeLoader(
   o.decode.field = std::move(decode_field);
   o.decode.height = decode_height;
   o.decode.width = decode_width;
+  if (decode) o.decode = *decode;  // crops, flips, normalization, dtype, layout
   o.read_retries = read_retries;
   o.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_timeout_s * 1000));
   o.start = {start_epoch, start_position};
@@ -888,6 +989,79 @@ std::unique_ptr<CheckpointerHandle> MakeCheckpointer(const std::string& uri, uin
 }  // namespace
 }  // namespace stoker::python
 
+// ---- metrics (stoker.metrics is the Python side) ----
+namespace stoker::python {
+
+void RegisterMetrics(py::module_& m) {
+  namespace sm = stoker::metrics;
+  m.def(
+      "_metrics_enable",
+      [](std::string dir, double interval_s, std::string job, int64_t rank) {
+        sm::Options o;
+        o.dir = std::move(dir);
+        o.interval = std::chrono::milliseconds(int64_t(interval_s * 1000));
+        o.job = std::move(job);
+        o.rank = rank;
+        Check(sm::Enable(o));
+      },
+      py::arg("dir"), py::arg("interval_s"), py::arg("job"), py::arg("rank"));
+  m.def("_metrics_disable", [] {
+    py::gil_scoped_release release;
+    sm::Disable();
+  });
+  m.def("_metrics_enabled", &sm::Enabled);
+  m.def("_metrics_path", &sm::PublishedPath);
+  m.def("_metrics_exposition", [] {
+    py::gil_scoped_release release;
+    return sm::Exposition();
+  });
+  m.def("_checkpoint_stall", &sm::RecordCheckpointStall, py::arg("seconds"));
+  m.def("_checkpoint_end", &sm::RecordCheckpointEnd, py::arg("ok"), py::arg("bytes"),
+        py::arg("seconds"));
+  m.def(
+      "_timeline_start", [](std::string log) { Check(sm::StepTimeline::Get().Start(log)); },
+      py::arg("log"));
+  m.def("_timeline_stop", [] { sm::StepTimeline::Get().Stop(); });
+  m.def("_timeline_active", [] { return sm::StepTimeline::Get().active(); });
+  m.def(
+      "_timeline_set_gpu", [](int i) { sm::StepTimeline::Get().SetGpu(i); }, py::arg("index"));
+  // Intervals in time.monotonic_ns() (CLOCK_MONOTONIC, steady_clock's clock).
+  m.def(
+      "_timeline_add",
+      [](int phase, int64_t begin_ns, int64_t end_ns) {
+        if (phase < 0 || phase >= sm::kPhases) Check(InvalidArgument("no such phase"));
+        sm::StepTimeline::Get().Add(sm::Phase(phase),
+                                    Clock::time_point(std::chrono::nanoseconds(begin_ns)),
+                                    Clock::time_point(std::chrono::nanoseconds(end_ns)));
+      },
+      py::arg("phase"), py::arg("begin_ns"), py::arg("end_ns"));
+  auto record = [](const sm::StepRecord& r) {
+    py::dict d;
+    d["step"] = r.step;
+    d["seconds"] = r.seconds;
+    for (int p = 0; p < sm::kPhases; ++p)
+      d[py::str(std::string(sm::PhaseName(sm::Phase(p))))] = r.phase[p];
+    d["other"] = r.other;
+    d["samples"] = r.samples;
+    d["bytes"] = r.bytes;
+    d["h2d_copy_seconds"] = r.h2d_copy_seconds;
+    if (r.gpu_utilization >= 0) d["gpu_utilization"] = r.gpu_utilization;
+    return d;
+  };
+  m.def("_timeline_mark", [record] { return record(sm::StepTimeline::Get().Mark()); });
+  m.def("_timeline_totals", [record] { return record(sm::StepTimeline::Get().Totals()); });
+  m.def("_timeline_phases", [] {
+    py::list l;
+    for (int p = 0; p < sm::kPhases; ++p) l.append(std::string(sm::PhaseName(sm::Phase(p))));
+    return l;
+  });
+  m.def(
+      "_write_report", [](std::string log, std::string out) { Check(sm::WriteReport(log, out)); },
+      py::arg("run_log"), py::arg("html_path"));
+}
+
+}  // namespace stoker::python
+
 PYBIND11_MODULE(_stoker, m) {
   using namespace stoker::python;
   namespace st = stoker;
@@ -932,6 +1106,8 @@ PYBIND11_MODULE(_stoker, m) {
       });
   m.def("_built_with_cuda", &stoker::BuiltWithCuda);
 
+  BindDecode(m);
+
   py::class_<LoaderHandle>(m, "_Loader")
       .def(py::init(&MakeLoader), py::arg("uri"), py::arg("batch_size"), py::arg("shuffle"),
            py::arg("seed"), py::arg("shuffle_window_shards"), py::arg("rank"),
@@ -942,7 +1118,8 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
            py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"),
            py::arg("device") = "", py::arg("device_memory_budget") = 0,
-           py::arg("read_unit") = "auto", py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
+           py::arg("read_unit") = "auto", py::arg("decode") = py::none(),
+           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
            py::arg("cache_policy") = "planned", py::arg("ranks_per_node") = 0,
            py::arg("node_affinity") = false)
       .def("next", &LoaderHandle::Next)
@@ -997,4 +1174,5 @@ PYBIND11_MODULE(_stoker, m) {
       "_validate_checkpoint_name",
       [](std::string_view name) { Check(st::ValidateCheckpointName(name)); }, py::arg("name"));
   // ---- end of checkpoints ----
+  stoker::python::RegisterMetrics(m);
 }

@@ -12,6 +12,10 @@ full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
   pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch python3-torchvision
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist procps e2fsprogs mount)
+# Metrics: prometheus-cpp renders the text format (core); the tests run a real
+# Prometheus and render the report in headless Chromium.
+core+=(prometheus-cpp-dev)
+full+=(prometheus chromium)
 
 pkgs=("${core[@]}")
 if [[ "${1:-}" == "--all" ]]; then pkgs+=("${full[@]}"); fi

@@ -34,6 +34,17 @@ enum class CropMode : uint8_t {
   kRandomResized = 2,
 };
 
+// How much of a JPEG DecodeSample decodes.
+enum class DecodeExtent : uint8_t {
+  // The crop's rows and columns only, at the smallest DCT scaling (1/8,
+  // 2/8, 4/8 or 8/8) whose scaled crop still covers the output size.
+  kCropScaled = 0,
+  // The whole image at that DCT scaling.
+  kWholeScaled = 1,
+  // The whole image at full size (as PIL and torchvision decode).
+  kWholeFull = 2,
+};
+
 // JPEG decode and augmentation, done by the loader's workers.
 struct DecodeOptions {
   // The bytes field holding JPEG data. Empty: no decode. Default: none.
@@ -43,13 +54,15 @@ struct DecodeOptions {
   uint32_t width = 224;
   // Default: kResize (what stoker did before crops existed).
   CropMode crop = CropMode::kResize;
-  // kRandomResized: the box's area as a fraction of the image's, and its
-  // aspect ratio (w / h), drawn log-uniformly as torchvision does.
+  // kRandomResized: the box's area as a fraction of the image's (drawn
+  // uniformly) and its aspect ratio w / h (drawn log-uniformly), as
+  // torchvision does; 10 tries, then its central-crop fallback.
   // Default: torchvision's scale (0.08, 1.0) and ratio (3/4, 4/3).
   float scale_min = 0.08f, scale_max = 1.0f;
   float ratio_min = 3.0f / 4.0f, ratio_max = 4.0f / 3.0f;
   // kCenter: the shorter side before the centre crop. Default: 0 =
-  // height * 256 / 224 (torchvision's ImageNet evaluation: 256 for 224).
+  // max(height, width) * 256 / 224 (torchvision's ImageNet evaluation: 256
+  // for 224).
   uint32_t resize_shorter = 0;
   // Probability of a horizontal flip. Default: 0 (never).
   float flip = 0.0f;
@@ -57,18 +70,28 @@ struct DecodeOptions {
   bool normalize = false;
   float mean[3] = {0.485f, 0.456f, 0.406f};  // ImageNet's, as torchvision's docs use
   float std[3] = {0.229f, 0.224f, 0.225f};
-  // Element type of the output. kUInt8 cannot be normalized. Default: kUInt8.
+  // Element type of the output. kUInt8 cannot be normalized; float32 and
+  // float16 without normalize hold x / 255 (torchvision's ToTensor).
+  // float16 is float32's value rounded to nearest even. Default: kUInt8.
   ImageDType dtype = ImageDType::kUInt8;
   // Default: kNHWC (uint8 HWC as decoded).
   ImageLayout layout = ImageLayout::kNHWC;
   // A sample that is not a decodable JPEG: by default the batch fails with
   // Corruption naming the dataset, shard and sample; with this on, its
   // image is zero-filled, and the loader counts it (LoaderStats). Default: off.
+  // (DecodeSample zero-fills the output of every sample it fails on.)
   bool skip_corrupt = false;
+  // Default: kCropScaled, the fastest; the others are there to measure what
+  // it gains (bench/augment_bench.py). kWholeFull's pixels differ from the
+  // scaled ones by a few grey levels: the IDCT's downscaling is not the
+  // bilinear filter's.
+  DecodeExtent extent = DecodeExtent::kCropScaled;
 };
 
 // InvalidArgument naming the parameter when `o` is out of range (sizes,
-// scale, ratio, flip probability, std of 0, normalize with uint8).
+// scale outside (0, 1] or min > max, ratio <= 0 or min > max, flip outside
+// [0, 1], a std of 0 or a non-finite mean/std, normalize with uint8,
+// resize_shorter below the crop size, unknown enum values).
 Status ValidateDecodeOptions(const DecodeOptions& o);
 
 // Bytes one decoded sample occupies: height * width * 3 * element size.
@@ -81,6 +104,17 @@ struct SampleKey {
   uint64_t epoch = 0;
   uint64_t sample_id = 0;  // global id in the dataset
 };
+
+// The crop box (source pixels: rows [top, top + height), columns [left,
+// left + width); fractional for kCenter) and flip DecodeSample applies to a
+// sample whose image is image_h x image_w. For tests and for looking at what
+// a sample got.
+struct SampleCrop {
+  double top = 0, left = 0, height = 0, width = 0;
+  bool flip = false;
+};
+SampleCrop SampleCropFor(const DecodeOptions& o, uint32_t image_h, uint32_t image_w,
+                         const SampleKey& key);
 
 // Per-thread reusable memory of DecodeSample (decoder handle, pixels).
 class DecodeScratch {
@@ -98,8 +132,11 @@ class DecodeScratch {
 
 // Decodes `jpeg` and applies `o` into `out` (DecodedSampleBytes(o) bytes;
 // layout HWC or CHW of one sample). Corruption when the data is not a
-// decodable JPEG (the caller adds which sample); Unsupported when built
-// without libturbojpeg.
+// decodable JPEG, a truncated one included (the caller adds which sample;
+// a file cut short below the rows a crop needs decodes, as those rows are
+// never read);
+// Unsupported when built without libjpeg-turbo. Grayscale, CMYK (read with
+// Adobe's inverted polarity, as PIL does) and progressive JPEGs give RGB.
 Status DecodeSample(const DecodeOptions& o, std::span<const std::byte> jpeg, const SampleKey& key,
                     std::span<std::byte> out, DecodeScratch* scratch);
 

@@ -1,14 +1,15 @@
 // The loader: reads a packed dataset from any store and delivers batches.
 //
 //   epoch plan ──▶ shard reads (whole shards, N in flight, into a bounded
-//   buffer pool) ──▶ collate workers (checksum each sample, copy its fields
-//   into one contiguous batch buffer, optionally decode JPEG + resize) ──▶
-//   batches in plan order ──▶ Next()
+//   buffer pool) ──▶ workers, all on each batch, a chunk of samples each
+//   (checksum each sample, copy its fields into one contiguous batch buffer,
+//   optionally decode JPEG + augment) ──▶ batches in plan order ──▶ Next()
 //
 // A shard is read once per epoch per rank, whole, with one request, and is
 // given back to the pool as soon as the last batch that needs it is built.
-// Memory is bounded by LoaderOptions::memory_budget; Open refuses a budget
-// that cannot hold the shards one shuffle window needs at once.
+// Memory is bounded by LoaderOptions::memory_budget (by default sized from the
+// dataset and the machine); Open refuses an explicit budget that cannot hold
+// the shards one shuffle window needs at once.
 //
 // Every sample is checked against its checksum before it is delivered. An
 // error (a missing or corrupt shard, a storage timeout after retries) is
@@ -66,11 +67,22 @@ struct LoaderOptions {
   // Whole-shard reads in flight. Default: 8 (Ceph's rados bench default -t 16
   // over 2 replicas' worth of OSDs; on NVMe 8 x 4 MiB saturates a drive).
   uint32_t reads_in_flight = 8;
-  // Bytes of shard buffers plus batch buffers. Default: 512 MiB.
-  uint64_t memory_budget = 512ull << 20;
-  // Batches built ahead of the consumer. Default: 4.
+  // Bytes of shard buffers plus batch buffers. An explicit budget is obeyed:
+  // Open refuses a plan that does not fit it, naming what it needs.
+  // Default: 0 = automatic: what the plan needs (the shards one batch
+  // position keeps alive, reads_in_flight shards ahead, prefetch_batches
+  // batches ahead), within a quarter of the machine's available memory
+  // (/proc/meminfo MemAvailable), at most 16 GiB; when that is too little,
+  // fewer reads and batches ahead (down to one), and beyond the quarter what
+  // one batch and its shards need, up to 80% of available memory. Only a
+  // dataset whose batch does not fit that is refused, naming its sample size
+  // and the memory needed.
+  uint64_t memory_budget = 0;
+  // Batches built ahead of the consumer. All workers build each batch
+  // together, so this is overlap, not parallelism. Default: 4.
   uint32_t prefetch_batches = 4;
-  // Collate/decode workers. Default: 0 = the machine's cores.
+  // Workers that build batches, a chunk of samples each at a time (read,
+  // check, decode, copy). Default: 0 = the machine's cores.
   uint32_t threads = 0;
   // Read shards with O_DIRECT (POSIX), bypassing the page cache. Default: off.
   bool direct_io = false;
@@ -88,8 +100,9 @@ struct LoaderOptions {
   // Fields to deliver, by name. Default: empty = every field.
   std::vector<std::string> fields;
   DecodeOptions decode;
-  // A shard read that fails with a retryable error is tried again this many
-  // times (with backoff) before the epoch fails. Default: 3.
+  // A read that fails with a retryable error is tried again this many times
+  // (with backoff, by a RetryingStore around the store) before the epoch
+  // fails. 0: no retries (no wrapper). Default: 3.
   uint32_t read_retries = 3;
   // Deadline of one shard read, from its first attempt, retries included:
   // past it the epoch fails with TimedOut naming the shard, so a dead
@@ -147,6 +160,10 @@ struct LoaderStats {
   uint64_t samples_delivered = 0;
   uint64_t batches_delivered = 0;
   uint64_t read_retries = 0;
+  // Corrupt images zero-filled and counted (DecodeOptions::skip_corrupt).
+  uint64_t decode_skipped = 0;
+  // Batches built by more than one worker: how well the work spreads.
+  uint64_t shared_batches = 0;
   // Time Next() spent blocked waiting for a batch (the consumer's data wait).
   std::chrono::nanoseconds wait_time{0};
   // Peak bytes held in shard and batch buffers.

@@ -79,6 +79,7 @@ import weakref
 import numpy as np
 
 from . import _stoker
+from . import metrics as _metrics
 from .dataset import _path
 from .loader import _bool, _int, _seconds, _store_options, distributed_env
 
@@ -523,13 +524,20 @@ class SaveHandle:
     (or None) instead of raising it.
     """
 
-    __slots__ = ("_impl", "name", "uri", "_pid", "__weakref__")
+    __slots__ = ("_impl", "name", "uri", "_pid", "_metric", "__weakref__")
 
-    def __init__(self, impl, name, uri):
+    def __init__(self, impl, name, uri, metric=None):
         self._impl = impl
         self.name = name
         self.uri = uri
         self._pid = os.getpid()
+        self._metric = metric  # (start, bytes) until the end is counted
+
+    def _count_end(self, ok):
+        if self._metric is not None:
+            started, nbytes = self._metric
+            self._metric = None
+            _metrics._save_ended(started, nbytes, ok)
 
     def _check_process(self):
         if os.getpid() != self._pid:
@@ -539,7 +547,10 @@ class SaveHandle:
     def done(self):
         """True once the save has finished, committed or failed."""
         self._check_process()
-        return self._impl.done()
+        finished = self._impl.done()
+        if finished and self._metric is not None:
+            self.exception()  # counts the end, committed or failed
+        return finished
 
     def wait(self, timeout=None):
         """Waits for the save; True when it is durable (and committed), False if
@@ -547,7 +558,14 @@ class SaveHandle:
         self._check_process()
         if timeout is not None:
             timeout = _seconds("timeout", timeout, allow_zero=True)
-        return self._impl.wait(timeout)
+        try:
+            finished = self._impl.wait(timeout)
+        except Exception:  # the save's error (not an interrupt of the wait)
+            self._count_end(False)
+            raise
+        if finished:
+            self._count_end(True)
+        return finished
 
     def exception(self, timeout=None):
         """The save's error, or None if it succeeded. TimeoutError if it is still
@@ -644,16 +662,26 @@ class Checkpointer:
             metadata_json=metadata_json, keep_last=keep_last, attempt=attempt,
             commit_timeout_s=_seconds("commit_timeout", commit_timeout), wait_for_commit=True)
         async_ = _bool("async_", async_)
+        started = _metrics._save_started()  # the stall counts the flattening too
         tensors, keep = _encode_state(state_dict)
+        nbytes = _metrics._tensor_bytes(tensors)
         with self._lock:
             name = self._name(impl, name, step, world_size, where)
+        try:
+            if not async_:
+                impl.save(name, tensors, options)
+            else:
+                handle = impl.save_async(name, tensors, options)
+        except BaseException:
+            _metrics._save_stalled(started)
+            _metrics._save_ended(started, nbytes, ok=False)
+            raise
+        del keep  # C++ has read the tensors (async: copied into the staging area)
+        _metrics._save_stalled(started)
         if not async_:
-            impl.save(name, tensors, options)
-            del keep  # C++ has read the tensors
+            _metrics._save_ended(started, nbytes, ok=True)
             return name
-        handle = impl.save_async(name, tensors, options)
-        del keep  # copied into the staging area
-        return SaveHandle(handle, name, self.uri)
+        return SaveHandle(handle, name, self.uri, (started, nbytes))
 
     def _name(self, impl, name, step, world_size, where):
         if name is not None:

@@ -8,7 +8,9 @@ refers to it and goes back to the loader's pool after:
     "padding"     bool[N]     True where the sample is a repeat that evens
                               out the ranks (drop_last=False)
     int64 field   int64[N]    e.g. "label"
-    image field   uint8[N, H, W, 3]  when decoded (decode=...)
+    image field   uint8[N, H, W, 3]  when decoded (decode=...); float32 or
+                              float16 with decode's dtype, [N, 3, H, W]
+                              with its layout "NCHW"
     bytes field   BytesColumn (offsets uint64[N + 1], data uint8[...]):
                               sample i is data[offsets[i]:offsets[i + 1]]
 
@@ -159,16 +161,63 @@ def _seconds(name, value, allow_zero=False):
     return value
 
 
+_DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "flip", "normalize",
+                "dtype", "layout", "skip_corrupt")
+_CROPS = {"resize": 0, "center": 1, "random_resized": 2}
+_DTYPES = {"uint8": 0, "float32": 1, "float16": 2}
+_LAYOUTS = {"NHWC": 0, "NCHW": 1}
+#: torchvision's ImageNet mean and std (normalize=True or "imagenet").
+IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def _decode_real(key, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"decode[{key!r}] must be a number, got {value!r}")
+    return float(value)
+
+
+def _decode_pair(key, value):
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"decode[{key!r}] must be (min, max), got {value!r}")
+    return tuple(_decode_real(key, v) for v in value)
+
+
+def _decode_triple(key, value):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return (float(value),) * 3
+    if not isinstance(value, (tuple, list)) or len(value) != 3:
+        raise ValueError(f"decode[{key!r}] must be 3 numbers (one per channel, RGB), "
+                         f"got {value!r}")
+    return tuple(_decode_real(key, v) for v in value)
+
+
+def _decode_choice(key, value, choices, fold=str.lower):
+    if isinstance(value, str):
+        name = value
+    else:  # a numpy or torch dtype
+        try:
+            name = np.dtype(value).name
+        except TypeError:
+            name = str(value).removeprefix("torch.")
+    name = fold(name).replace("-", "_")
+    if name not in choices:
+        raise ValueError(f"decode[{key!r}] must be one of {', '.join(map(repr, choices))}, "
+                         f"got {value!r}")
+    return choices[name]
+
+
 def _decode_options(decode):
-    """decode=None | "FIELD" | {"field": "FIELD", "size": (H, W) or S} -> (field, h, w)."""
+    """decode=None | "FIELD" | {"field": "FIELD", "size": (H, W) or S, ...} ->
+    (field, h, w, _stoker._DecodeOptions or None)."""
     if decode is None:
-        return "", *_DEFAULT_DECODE_SIZE
+        return "", *_DEFAULT_DECODE_SIZE, None
     if isinstance(decode, str):
-        field, size = decode, _DEFAULT_DECODE_SIZE
+        field, size, decode = decode, _DEFAULT_DECODE_SIZE, {}
     elif isinstance(decode, collections.abc.Mapping):
         for key in decode:
-            if key not in ("field", "size"):
-                raise ValueError(f"unknown decode option {key!r} (known: 'field', 'size')")
+            if key not in _DECODE_KEYS:
+                raise ValueError(f"unknown decode option {key!r} "
+                                 f"(known: {', '.join(map(repr, _DECODE_KEYS))})")
         if "field" not in decode:
             raise ValueError("decode needs a 'field': the bytes field holding the JPEGs, "
                              "e.g. decode={'field': 'image', 'size': (224, 224)}")
@@ -187,7 +236,37 @@ def _decode_options(decode):
     if not (1 <= height <= _MAX_DECODE_SIDE and 1 <= width <= _MAX_DECODE_SIDE):
         raise ValueError(f"decode size must be between 1x1 and {_MAX_DECODE_SIDE}x"
                          f"{_MAX_DECODE_SIDE}, got {height}x{width}")
-    return field, height, width
+    o = _stoker._DecodeOptions()
+    o.field, o.height, o.width = field, height, width
+    if "crop" in decode:
+        o.crop = _decode_choice("crop", decode["crop"], _CROPS)
+    if "scale" in decode:
+        o.scale_min, o.scale_max = _decode_pair("scale", decode["scale"])
+    if "ratio" in decode:
+        o.ratio_min, o.ratio_max = _decode_pair("ratio", decode["ratio"])
+    if decode.get("resize_shorter") is not None:
+        o.resize_shorter = _int("decode['resize_shorter']", decode["resize_shorter"], 1, 1 << 16)
+    if "flip" in decode:
+        o.flip = _decode_real("flip", decode["flip"])
+    normalize = decode.get("normalize")
+    if normalize is True or normalize == "imagenet":
+        normalize = IMAGENET_NORMALIZE
+    if normalize is not None and normalize is not False:
+        if not isinstance(normalize, (tuple, list)) or len(normalize) != 2:
+            raise ValueError("decode['normalize'] must be (mean, std), True or 'imagenet', "
+                             f"got {normalize!r}")
+        o.normalize = True
+        o.mean = _decode_triple("normalize", normalize[0])
+        o.std = _decode_triple("normalize", normalize[1])
+        o.dtype = _DTYPES["float32"]  # unless dtype says otherwise
+    if "dtype" in decode:
+        o.dtype = _decode_choice("dtype", decode["dtype"], _DTYPES)
+    if "layout" in decode:
+        o.layout = _decode_choice("layout", decode["layout"], _LAYOUTS, str.upper)
+    if "skip_corrupt" in decode:
+        o.skip_corrupt = _bool("decode['skip_corrupt']", decode["skip_corrupt"])
+    o.validate()  # ranges: stoker.InvalidArgumentError (a ValueError) naming the parameter
+    return field, height, width, o
 
 
 _STORE_OPTIONS = ("posix_engine", "io_threads", "op_timeout")
@@ -307,17 +386,34 @@ class Loader:
         otherwise the ranks are evened out with repeated samples marked in
         ``batch["padding"]``.
       decode: None, the name of a bytes field holding JPEGs (decoded and
-        resized to 224x224 RGB), or ``{"field": name, "size": (H, W)}``.
+        resized to 224x224 RGB, uint8 N x H x W x 3), or a dict:
+        ``{"field": name, "size": (H, W) or S, "crop": "resize" | "center" |
+        "random_resized", "scale": (0.08, 1.0), "ratio": (3/4, 4/3),
+        "resize_shorter": S, "flip": p, "normalize": (mean, std) | True,
+        "dtype": "uint8" | "float32" | "float16", "layout": "NHWC" | "NCHW",
+        "skip_corrupt": False}``: torchvision's Resize((H, W)), Resize(S) +
+        CenterCrop (S defaults to max(H, W) * 256 / 224) or RandomResizedCrop(scale,
+        ratio), then RandomHorizontalFlip(p), then ToTensor + Normalize
+        (normalize=True is ImageNet's; normalize makes dtype float32 unless
+        given). Random choices come from (seed, epoch, sample id): a resumed
+        run sees the same crops and flips. skip_corrupt=True zero-fills an
+        undecodable image and counts it (``stats()["decode_skipped"]``)
+        instead of raising CorruptionError.
+        Each key defaults to the value shown (crop "resize", flip 0, no
+        normalize, uint8, NHWC).
       fields: the fields to deliver (default: all).
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.
       reads_in_flight: whole-shard reads outstanding.
-      memory_budget: bytes for shard and batch buffers (the loader refuses a
-        budget too small for the shuffle window, naming what it needs).
+      memory_budget: bytes for shard and batch buffers; 0 (default) sizes it
+        from the dataset and the machine (see LoaderOptions::memory_budget).
+        An explicit budget too small for the shuffle window is refused,
+        naming what it needs.
       prefetch: batches built ahead of the consumer.
       shuffle_window: shards whose samples are mixed together.
-      read_retries, read_timeout: a shard read that fails with a retryable
-        error is tried again this many times; one read's deadline (seconds).
+      read_retries, read_timeout: a read that fails with a retryable error
+        is tried again this many times (0: never); one read's deadline
+        (seconds), retries included.
       direct_io: read shards with O_DIRECT (local files).
       read_unit: "auto" (default), "shard" or "sample". "shard" reads each
         shard whole and copies its records into batches; "sample" reads only
@@ -340,7 +436,7 @@ class Loader:
 
     def __init__(self, uri, batch_size, *, shuffle=True, seed=0, rank=None, world_size=None,
                  drop_last=False, decode=None, fields=None, format="numpy", threads=0,
-                 reads_in_flight=8, memory_budget=512 << 20, prefetch=4, shuffle_window=8,
+                 reads_in_flight=8, memory_budget=0, prefetch=4, shuffle_window=8,
                  read_retries=3, read_timeout=60.0, direct_io=False, store=None,
                  device=None, device_memory_budget=0, read_unit="auto", cache=None,
                  cache_bytes=0, cache_policy="planned", ranks_per_node=0, node_affinity=False):
@@ -366,7 +462,7 @@ class Loader:
         self.world_size = _int("world_size", world_size, 1)
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} must be below world_size {self.world_size}{where}")
-        decode_field, decode_height, decode_width = _decode_options(decode)
+        decode_field, decode_height, decode_width, decode_options = _decode_options(decode)
         if fields is not None:
             if isinstance(fields, str) or not isinstance(fields, collections.abc.Iterable):
                 raise TypeError("fields must be a list of field names")
@@ -402,7 +498,7 @@ class Loader:
             shuffle_window_shards=shuffle_window, rank=self.rank, world_size=self.world_size,
             drop_last=self.drop_last,
             reads_in_flight=_int("reads_in_flight", reads_in_flight, 1),
-            memory_budget=_int("memory_budget", memory_budget, 1, _U64),
+            memory_budget=_int("memory_budget", memory_budget, 0, _U64),
             prefetch_batches=_int("prefetch", prefetch, 0),
             threads=_int("threads", threads, 0, 4096), direct_io=_bool("direct_io", direct_io),
             fields=fields or [], decode_field=decode_field, decode_height=decode_height,
@@ -411,8 +507,9 @@ class Loader:
             start_position=0, posix_engine=engine, io_threads=io_threads,
             op_timeout_s=op_timeout, device=device,
             device_memory_budget=_int("device_memory_budget", device_memory_budget, 0, _U64),
-            read_unit=read_unit, cache_dir=cache, cache_bytes=_int("cache_bytes", cache_bytes, 0, _U64),
-            cache_policy=cache_policy, ranks_per_node=_int("ranks_per_node", ranks_per_node, 0),
+            read_unit=read_unit, decode=decode_options, cache_dir=cache,
+            cache_bytes=_int("cache_bytes", cache_bytes, 0, _U64), cache_policy=cache_policy,
+            ranks_per_node=_int("ranks_per_node", ranks_per_node, 0),
             node_affinity=_bool("node_affinity", node_affinity))
         self.uri = uri
         self.read_unit = self._impl.read_unit  # what "auto" chose
@@ -555,7 +652,9 @@ class Loader:
     def stats(self):
         """Counters: shards_read, bytes_read, samples_delivered, batches_delivered,
         read_retries, wait_seconds (time spent blocked waiting for a batch),
-        peak_buffer_bytes; with a device also h2d_bytes, h2d_seconds (copy
+        peak_buffer_bytes, decode_skipped (corrupt images zero-filled with
+        skip_corrupt), shared_batches (batches built by more than one
+        worker); with a device also h2d_bytes, h2d_seconds (copy
         engine busy time), device_bytes, peak_device_bytes, pinned_bytes; the
         node cache's remote_bytes (bytes read from the store), cache_bytes,
         cache_hits, cache_misses, cache_fetch_waits, cache_evictions,

@@ -28,6 +28,9 @@ void RegisterVerify(CLI::App& app, Action* action);
 void RegisterBench(CLI::App& app, Action* action);
 void RegisterDemo(CLI::App& app, Action* action);
 void RegisterCkpt(CLI::App& app, Action* action);
+// `exporter` and `report` (metrics).
+void RegisterExporter(CLI::App& app, Action* action);
+void RegisterReport(CLI::App& app, Action* action);
 // `bench storage`, registered under the `bench` subcommand.
 void RegisterBenchStorage(CLI::App* bench, Action* action);
 // `bench h2d` and `bench gpu-loader` (GPU delivery), under `bench`.

@@ -38,7 +38,12 @@ int Report(const std::string& what, const LoaderRun& run, const LoaderOptions& o
               run.samples_per_second(), run.first_batch_seconds);
   std::printf("  %.3f CPU s per GB read, peak RSS %s (budget %s)\n", run.cpu_seconds_per_gb(),
               HumanBytes(double(run.peak_rss_bytes)).c_str(),
-              HumanBytes(double(o.memory_budget)).c_str());
+              o.memory_budget ? HumanBytes(double(o.memory_budget)).c_str() : "automatic");
+  if (j.contains("epoch_samples_per_s") && j["epoch_samples_per_s"].size() > 1) {
+    std::printf("  per epoch:");
+    for (const auto& v : j["epoch_samples_per_s"]) std::printf(" %.0f", v.get<double>());
+    std::printf(" samples/s\n");
+  }
   return 0;
 }
 
@@ -76,16 +81,30 @@ void RegisterBench(CLI::App& app, Action* action) {
       std::unique_ptr<Loader> l;
       std::shared_ptr<Store> store;
       uint64_t epoch = 0;
+      // Per epoch: samples and seconds, to show whether epochs slow down.
+      std::vector<double> epoch_rates;
+      uint64_t epoch_samples = 0;
+      Clock::time_point epoch_start;
+      auto end_epoch = [&] {
+        const double s = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+        epoch_rates.push_back(s > 0 ? epoch_samples / s : 0);
+      };
       auto next = [&]() -> Result<Batch> {
         if (!l) {
+          epoch_start = Clock::now();
           STOKER_ASSIGN_OR_RETURN(store, OpenStore(args->uri, args->flags.options.store));
           STOKER_ASSIGN_OR_RETURN(l, Loader::Open(store, args->flags.options));
         }
         while (true) {
           auto b = l->Next();
+          if (b.ok()) epoch_samples += b->size();
           if (b.ok() || b.status().code() != Code::kOutOfRange || epoch + 1 >= args->epochs) {
+            if (!b.ok() && b.status().code() == Code::kOutOfRange) end_epoch();
             return b;
           }
+          end_epoch();
+          epoch_samples = 0;
+          epoch_start = Clock::now();
           STOKER_RETURN_IF_ERROR(l->StartEpoch(++epoch));
         }
       };
@@ -96,6 +115,9 @@ void RegisterBench(CLI::App& app, Action* action) {
       nlohmann::json extra;
       extra["peak_buffer_bytes"] = st.peak_buffer_bytes;
       extra["read_retries"] = st.read_retries;
+      extra["decode_skipped"] = st.decode_skipped;
+      extra["shared_batches"] = st.shared_batches;
+      extra["epoch_samples_per_s"] = epoch_rates;
       extra["data_wait_seconds"] = std::chrono::duration<double>(st.wait_time).count();
       extra["engine"] = PosixEngineName(*store);
       extra["read_unit"] = std::string(l->read_unit());

@@ -1,6 +1,7 @@
 // Loader options as command-line flags, shared by `bench loader` and `demo`.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "cli/cli.h"
@@ -10,11 +11,15 @@ namespace stoker::cli {
 
 struct LoaderFlags {
   LoaderOptions options;
-  double budget_mib = 512;
+  double budget_mib = 0;  // 0: automatic (LoaderOptions::memory_budget)
   std::string decode_size = "224x224";
   bool decode = false;
   bool no_shuffle = false;
   double cache_gib = 0;
+  // Augmentation (any of these implies --decode); empty: the default.
+  std::string crop, scale, ratio, normalize, dtype, layout;
+  float flip = 0;
+  bool skip_corrupt = false;
 
   void Add(CLI::App* cmd) {
     cmd->add_option("--batch-size", options.batch_size, "Samples per batch")->capture_default_str();
@@ -22,7 +27,9 @@ struct LoaderFlags {
         ->capture_default_str();
     cmd->add_option("--reads-in-flight", options.reads_in_flight, "Whole-shard reads in flight")
         ->capture_default_str();
-    cmd->add_option("--budget-mib", budget_mib, "Memory budget for shard and batch buffers")
+    cmd->add_option("--budget-mib", budget_mib,
+                    "Memory budget for shard and batch buffers (0 = sized from the dataset and the "
+                    "machine)")
         ->capture_default_str();
     cmd->add_option("--window", options.shuffle_window_shards, "Shuffle window in shards")
         ->capture_default_str();
@@ -43,6 +50,24 @@ struct LoaderFlags {
         ->capture_default_str();
     cmd->add_option("--cache-policy", options.cache_policy, "planned (Belady) or lru")
         ->capture_default_str();
+    AddAugment(cmd);
+  }
+
+  // torchvision's training and evaluation transforms, in the decode workers.
+  void AddAugment(CLI::App* cmd) {
+    cmd->add_option("--crop", crop,
+                    "resize (default), center (Resize(H*256/224) + CenterCrop) or "
+                    "random-resized (RandomResizedCrop)");
+    cmd->add_option("--scale", scale, "random-resized: area fraction MIN,MAX (default 0.08,1)");
+    cmd->add_option("--ratio", ratio, "random-resized: aspect w/h MIN,MAX (default 0.75,1.3333)");
+    cmd->add_option("--flip", flip, "horizontal flip probability (default 0)");
+    cmd->add_option("--normalize", normalize,
+                    "imagenet or MEAN,MEAN,MEAN/STD,STD,STD: (x/255 - mean) / std into float32 "
+                    "(or --dtype float16)");
+    cmd->add_option("--dtype", dtype, "uint8 (default), float32 or float16");
+    cmd->add_option("--layout", layout, "nhwc (default) or nchw");
+    cmd->add_flag("--skip-corrupt", skip_corrupt,
+                  "zero-fill and count undecodable images instead of failing");
   }
 
   // Call after parsing.
@@ -50,7 +75,9 @@ struct LoaderFlags {
     options.memory_budget = static_cast<uint64_t>(budget_mib * (1 << 20));
     options.shuffle = !no_shuffle;
     options.cache_bytes = static_cast<uint64_t>(cache_gib * (1ull << 30));
-    if (decode) {
+    const bool augment = !crop.empty() || !scale.empty() || !ratio.empty() || !normalize.empty() ||
+                         !dtype.empty() || !layout.empty() || flip != 0 || skip_corrupt;
+    if (decode || augment) {
       options.decode.field = "image";
       unsigned h = 0, w = 0;
       char x = 0;
@@ -59,7 +86,68 @@ struct LoaderFlags {
       }
       options.decode.height = h;
       options.decode.width = w;
+      STOKER_RETURN_IF_ERROR(FinishAugment(&options.decode));
+      return ValidateDecodeOptions(options.decode);
     }
+    return Status::Ok();
+  }
+
+ private:
+  // "A,B" or "A,B,C" into floats; false unless exactly n numbers.
+  static bool Floats(const std::string& s, float* out, int n) {
+    int used = 0;
+    float v[3];
+    const int got = n == 2 ? std::sscanf(s.c_str(), "%f,%f%n", &v[0], &v[1], &used)
+                           : std::sscanf(s.c_str(), "%f,%f,%f%n", &v[0], &v[1], &v[2], &used);
+    if (got != n || size_t(used) != s.size()) return false;
+    std::copy(v, v + n, out);
+    return true;
+  }
+
+  Status FinishAugment(DecodeOptions* d) {
+    if (crop == "random-resized") {
+      d->crop = CropMode::kRandomResized;
+    } else if (crop == "center") {
+      d->crop = CropMode::kCenter;
+    } else if (!crop.empty() && crop != "resize") {
+      return InvalidArgument("--crop must be resize, center or random-resized, not '" + crop + "'");
+    }
+    float pair[2];
+    if (!scale.empty()) {
+      if (!Floats(scale, pair, 2)) return InvalidArgument("--scale must be MIN,MAX, not " + scale);
+      d->scale_min = pair[0], d->scale_max = pair[1];
+    }
+    if (!ratio.empty()) {
+      if (!Floats(ratio, pair, 2)) return InvalidArgument("--ratio must be MIN,MAX, not " + ratio);
+      d->ratio_min = pair[0], d->ratio_max = pair[1];
+    }
+    d->flip = flip;
+    if (!normalize.empty()) {
+      d->normalize = true;
+      d->dtype = ImageDType::kFloat32;
+      const size_t slash = normalize.find('/');
+      if (normalize != "imagenet" &&  // DecodeOptions' defaults are ImageNet's
+          (slash == std::string::npos || !Floats(normalize.substr(0, slash), d->mean, 3) ||
+           !Floats(normalize.substr(slash + 1), d->std, 3))) {
+        return InvalidArgument("--normalize must be imagenet or MEAN,MEAN,MEAN/STD,STD,STD, not " +
+                               normalize);
+      }
+    }
+    if (dtype == "uint8") {
+      d->dtype = ImageDType::kUInt8;
+    } else if (dtype == "float32") {
+      d->dtype = ImageDType::kFloat32;
+    } else if (dtype == "float16") {
+      d->dtype = ImageDType::kFloat16;
+    } else if (!dtype.empty()) {
+      return InvalidArgument("--dtype must be uint8, float32 or float16, not '" + dtype + "'");
+    }
+    if (layout == "nchw") {
+      d->layout = ImageLayout::kNCHW;
+    } else if (!layout.empty() && layout != "nhwc") {
+      return InvalidArgument("--layout must be nhwc or nchw, not '" + layout + "'");
+    }
+    d->skip_corrupt = skip_corrupt;
     return Status::Ok();
   }
 };

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   RegisterBenchNode(app.get_subcommand("bench"), &action);
   RegisterDemo(app, &action);
   RegisterCkpt(app, &action);
+  RegisterExporter(app, &action);
+  RegisterReport(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

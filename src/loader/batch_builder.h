@@ -64,6 +64,24 @@ inline constexpr size_t kPrefetchMaxBytes = 16 * 1024;
 // are not measured.
 inline constexpr size_t kStreamMinBytes = 4 * 1024;
 
+// A batch laid out but not yet filled: its block, with sample ids, padding
+// and every bytes column's offsets written. Filled in ranges of samples by
+// any number of threads at once (disjoint ranges), then finished once.
+struct BatchLayout {
+  Batch batch;                               // memory, epoch, index, state, ids and padding set
+  std::byte* base = nullptr;                 // batch's block
+  std::vector<uint64_t> column_offset;       // where column c's array starts
+  std::vector<uint64_t> column_data_offset;  // bytes columns: where the data starts
+  std::vector<uint64_t*> offsets;            // bytes columns: n + 1 offsets, written
+  uint64_t image_bytes = 0;                  // one decoded sample
+  size_t count = 0;
+};
+
+// What filling a range of samples counted.
+struct FillCounts {
+  uint64_t decode_skipped = 0;  // corrupt images zero-filled (DecodeOptions::skip_corrupt)
+};
+
 class BatchBuilder {
  public:
   // Lays out and fills a batch from `samples` in a block from `pool`.
@@ -71,6 +89,20 @@ class BatchBuilder {
   static Result<Batch> Build(BufferPool& pool, const std::vector<ColumnSpec>& columns,
                              const DecodeOptions& decode, const BatchSamples& samples,
                              uint64_t epoch, uint64_t index, LoaderState state_after);
+
+  // The same in three steps, for batches built by several workers: the
+  // layout needs every sample's lengths (samples.value or samples.length),
+  // so the records (or their index) must be in memory by then.
+  static BatchLayout Layout(BufferPool& pool, const std::vector<ColumnSpec>& columns,
+                            const DecodeOptions& decode, const BatchSamples& samples,
+                            uint64_t epoch, uint64_t index, LoaderState state_after);
+  // Checks and copies (or reads, or decodes) samples [begin, end) into their
+  // slots. Safe to call concurrently for disjoint ranges of one layout.
+  static Status Fill(const BatchLayout& layout, const std::vector<ColumnSpec>& columns,
+                     const DecodeOptions& decode, const BatchSamples& samples, size_t begin,
+                     size_t end, DecodeScratch* scratch, FillCounts* counts);
+  static Batch Finish(BatchLayout layout, const std::vector<ColumnSpec>& columns,
+                      const DecodeOptions& decode);
 
   // GPU delivery: the buffer a built batch lives in, and its device copy.
   static const std::shared_ptr<BatchMemory>& Memory(const Batch& b) { return b.memory_; }

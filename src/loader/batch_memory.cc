@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <new>
 
@@ -13,6 +14,14 @@ namespace {
 // transparent huge pages: a fresh 4 MiB shard buffer then costs 2 page
 // faults instead of 1024, which shows in the first epoch of every job.
 constexpr size_t kHugePage = 2 << 20;
+
+// Slack blocks are rounded up to one of 8 sizes per power of two, so batches
+// of similar size share blocks instead of each wanting one a little larger.
+size_t SizeClass(size_t bytes) {
+  if (bytes < (64 << 10)) return bytes;
+  const size_t step = (size_t{1} << (std::bit_width(bytes) - 1)) / 8;
+  return AlignUp(bytes, step);
+}
 }  // namespace
 
 BatchMemory::BatchMemory(size_t capacity, size_t alignment)
@@ -47,17 +56,19 @@ std::shared_ptr<BatchMemory> BufferPool::Get(size_t bytes) {
       block = std::move(free_[best]);
       free_.erase(free_.begin() + static_cast<ptrdiff_t>(best));
     } else if (!free_.empty()) {
-      // None fits: drop the largest free one so the total stays bounded.
-      size_t largest = 0;
+      // None fits: drop the smallest free one so the total stays bounded;
+      // keeping the largest makes the blocks settle on the largest batch.
+      size_t smallest = 0;
       for (size_t i = 1; i < free_.size(); ++i) {
-        if (free_[i]->capacity() > free_[largest]->capacity()) largest = i;
+        if (free_[i]->capacity() < free_[smallest]->capacity()) smallest = i;
       }
-      allocated_ -= free_[largest]->capacity();
-      free_.erase(free_.begin() + static_cast<ptrdiff_t>(largest));
+      allocated_ -= free_[smallest]->capacity();
+      free_.erase(free_.begin() + static_cast<ptrdiff_t>(smallest));
     }
   }
   if (!block) {
-    block = std::make_unique<BatchMemory>(slack_ ? bytes + bytes / 8 : bytes, alignment_);
+    block =
+        std::make_unique<BatchMemory>(slack_ ? SizeClass(bytes + bytes / 8) : bytes, alignment_);
     uint64_t now = allocated_ += block->capacity();
     uint64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {

@@ -1,15 +1,38 @@
-// JPEG decode (libturbojpeg) and bilinear resize, run by the collate workers.
+// JPEG decode and augmentation (stoker/decode.h), run by the collate workers.
+//
+// The decoder works through libjpeg-turbo's libjpeg API (jpeglib.h) rather
+// than TurboJPEG's tjDecompress2, because only that API decodes part of an
+// image: after the crop box is drawn from the header's size alone,
+//   - DCT scaling (scale_num / 8, a power of two) picks the smallest factor
+//     whose scaled box still covers the output size, so the IDCT itself
+//     does most of the downscaling;
+//   - jpeg_skip_scanlines skips the rows above the box and the decode stops
+//     after its last row (rows below are never entropy-decoded for baseline
+//     JPEGs; progressive ones are read whole by jpeg_start_decompress);
+//   - jpeg_crop_scanline narrows each decoded row to the box's columns
+//     (widened to iMCU boundaries), so colour conversion and upsampling run
+//     on the box only.
+// Then a bilinear pass over the decoded window (half-pixel centres, as
+// torchvision and PIL) and one output pass (flip, normalize, dtype, layout).
+#include "stoker/decode.h"
+
 #include <algorithm>
+#include <cmath>
+#include <csetjmp>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "loader/augment.h"
 #include "loader/resize.h"
 #include "stoker/loader.h"
 
 #ifdef STOKER_HAVE_TURBOJPEG
-#include <turbojpeg.h>
+// jpeglib.h needs size_t and FILE declared first.
+#include <jerror.h>
+#include <jpeglib.h>
 #endif
 
 namespace stoker {
@@ -20,150 +43,11 @@ void ResizeBilinear(const uint8_t* src, uint32_t sh, uint32_t sw, uint8_t* dst, 
     std::memcpy(dst, src, size_t(sh) * sw * 3);
     return;
   }
-  if (sh < 2 || sw < 2) {
-    // One source row or column: doubled, so that both taps of every output
-    // pixel exist; equal pixels blend to themselves.
-    const uint32_t h2 = std::max(sh, 2u), w2 = std::max(sw, 2u);
-    std::vector<uint8_t> wide(size_t(h2) * w2 * 3);
-    for (uint32_t y = 0; y < h2; ++y) {
-      for (uint32_t x = 0; x < w2; ++x) {
-        const uint8_t* p = src + (size_t(std::min(y, sh - 1)) * sw + std::min(x, sw - 1)) * 3;
-        std::memcpy(wide.data() + (size_t(y) * w2 + x) * 3, p, 3);
-      }
-    }
-    ResizeBilinear(wide.data(), h2, w2, dst, dh, dw);
-    return;
-  }
-  // Where output coordinate i samples, as (first source index, weight of
-  // the next one in 1/256). Past the last source index: the one before it
-  // with weight 256 on the last, so that both taps always exist.
-  auto taps = [](uint32_t i, float scale, uint32_t n, uint32_t* first, uint32_t* w) {
-    float f = (float(i) + 0.5f) * scale - 0.5f;
-    if (f < 0) f = 0;
-    const uint32_t i0 = std::min<uint32_t>(uint32_t(f), n - 1);
-    if (i0 + 1 < n) {
-      *first = i0;
-      *w = uint32_t((f - float(i0)) * 256.0f + 0.5f);
-    } else {
-      *first = n - 2;
-      *w = 256;
-    }
-  };
-  const float sy = float(sh) / float(dh), sx = float(sw) / float(dw);
-  const size_t row = size_t(dw) * 3;
-  thread_local std::vector<uint32_t> xs, wxs;
-  thread_local std::vector<uint16_t> rows;  // two horizontally resampled rows
-  xs.resize(dw);
-  wxs.resize(dw);
-  rows.resize(2 * row);
-  for (uint32_t x = 0; x < dw; ++x) {
-    uint32_t x0, w;
-    taps(x, sx, sw, &x0, &w);
-    xs[x] = x0 * 3;
-    wxs[x] = w;
-  }
-  auto resample = [&](uint32_t y, uint16_t* out) {
-    const uint8_t* r = src + size_t(y) * sw * 3;
-    for (uint32_t x = 0; x < dw; ++x) {
-      const uint8_t* p = r + xs[x];
-      const uint32_t w1 = wxs[x], w0 = 256 - w1;
-      out[3 * x] = uint16_t(p[0] * w0 + p[3] * w1);
-      out[3 * x + 1] = uint16_t(p[1] * w0 + p[4] * w1);
-      out[3 * x + 2] = uint16_t(p[2] * w0 + p[5] * w1);
-    }
-  };
-  // The source rows held in rows[0..row) and rows[row..2 row).
-  int64_t held[2] = {-1, -1};
-  auto get = [&](uint32_t y) -> const uint16_t* {
-    for (int k = 0; k < 2; ++k) {
-      if (held[k] == int64_t(y)) return rows.data() + k * row;
-    }
-    // Replace the row that is not the other one asked for: rows are asked
-    // for in increasing order, so the older (smaller) one goes.
-    const int k = held[0] < held[1] ? 0 : 1;
-    resample(y, rows.data() + k * row);
-    held[k] = y;
-    return rows.data() + k * row;
-  };
-  for (uint32_t y = 0; y < dh; ++y) {
-    uint32_t y0, wy;
-    taps(y, sy, sh, &y0, &wy);
-    uint8_t* out = dst + size_t(y) * row;
-    const uint16_t* a = get(y0);
-    const uint16_t* b = get(y0 + 1);  // replaces the older row, never y0's
-    const uint32_t w1 = wy, w0 = 256 - wy;
-    for (size_t i = 0; i < row; ++i) {
-      out[i] = uint8_t((uint32_t(a[i]) * w0 + uint32_t(b[i]) * w1 + 32768u) >> 16);
-    }
-  }
+  thread_local Taps ty, tx;
+  ComputeTaps(0, sh, dh, 0, int64_t(sh) - 1, 1.0, &ty);
+  ComputeTaps(0, sw, dw, 0, int64_t(sw) - 1, 1.0, &tx);
+  ResizeWithTaps(src, size_t(sw) * 3, 0, 0, ty, tx, dst);
 }
-
-namespace {
-
-// Refuse images whose header claims more pixels than any real training
-// image has (a corrupt header must not become a multi-GiB allocation).
-constexpr uint64_t kMaxPixels = 1ull << 28;
-
-#ifdef STOKER_HAVE_TURBOJPEG
-struct TjHandle {
-  tjhandle h = tjInitDecompress();
-  ~TjHandle() {
-    if (h) tjDestroy(h);
-  }
-};
-#endif
-
-}  // namespace
-
-Status DecodeJpegResized(std::span<const std::byte> jpeg, uint32_t out_h, uint32_t out_w,
-                         std::span<uint8_t> out, std::vector<uint8_t>* scratch) {
-#ifndef STOKER_HAVE_TURBOJPEG
-  return Unsupported("JPEG decode: stoker was built without libturbojpeg");
-#else
-  if (out.size() < size_t(out_h) * out_w * 3)
-    return InvalidArgument("JPEG decode: output too small");
-  thread_local TjHandle tj;
-  if (tj.h == nullptr) return Internal("tjInitDecompress failed");
-  if (jpeg.empty()) return Corruption("JPEG decode: empty data");
-  auto* src = reinterpret_cast<const unsigned char*>(jpeg.data());
-  int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj.h, src, jpeg.size(), &w, &h, &subsamp, &colorspace) != 0) {
-    return Corruption(std::string("not a JPEG: ") + tjGetErrorStr2(tj.h));
-  }
-  if (w <= 0 || h <= 0 || uint64_t(w) * uint64_t(h) > kMaxPixels) {
-    return Corruption("JPEG claims an impossible size " + std::to_string(w) + "x" +
-                      std::to_string(h));
-  }
-  // Let the decoder do most of the downscaling (DCT scaling is nearly free):
-  // the smallest scale whose output still covers the target.
-  int n_factors = 0;
-  tjscalingfactor* factors = tjGetScalingFactors(&n_factors);
-  int sw = w, sh = h;
-  for (int i = 0; i < n_factors; ++i) {
-    int cw = TJSCALED(w, factors[i]), ch = TJSCALED(h, factors[i]);
-    if (cw >= int(out_w) && ch >= int(out_h) && uint64_t(cw) * ch < uint64_t(sw) * sh) {
-      sw = cw;
-      sh = ch;
-    }
-  }
-  scratch->resize(size_t(sw) * sh * 3);
-  if (tjDecompress2(tj.h, src, jpeg.size(), scratch->data(), sw, 0, sh, TJPF_RGB, TJFLAG_FASTDCT) !=
-      0) {
-    // Warnings (e.g. a truncated final scan) still decode an image; only a
-    // fatal error is corruption.
-    if (tjGetErrorCode(tj.h) == TJERR_FATAL) {
-      return Corruption(std::string("JPEG decode failed: ") + tjGetErrorStr2(tj.h));
-    }
-  }
-  ResizeBilinear(scratch->data(), uint32_t(sh), uint32_t(sw), out.data(), out_h, out_w);
-  return Status::Ok();
-#endif
-}
-
-}  // namespace stoker
-
-// ---- DecodeSample (stoker/decode.h) ----------------------------------------
-namespace stoker {
 
 size_t ImageDTypeSize(ImageDType t) {
   switch (t) {
@@ -181,29 +65,311 @@ size_t DecodedSampleBytes(const DecodeOptions& o) {
   return size_t(o.height) * o.width * 3 * ImageDTypeSize(o.dtype);
 }
 
+namespace {
+
+constexpr uint32_t kMaxSide = 8192;
+constexpr uint32_t kMaxResizeShorter = 65536;
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string Range(float a, float b) { return "(" + Num(a) + ", " + Num(b) + ")"; }
+
+}  // namespace
+
 Status ValidateDecodeOptions(const DecodeOptions& o) {
   if (o.field.empty()) return Status::Ok();
-  if (o.height == 0 || o.width == 0 || o.height > 8192 || o.width > 8192) {
-    return InvalidArgument("decode size must be between 1x1 and 8192x8192");
+  const std::string size = std::to_string(o.height) + "x" + std::to_string(o.width);
+  if (o.height == 0 || o.width == 0 || o.height > kMaxSide || o.width > kMaxSide) {
+    return InvalidArgument("decode size " + size + ": height and width must be between 1 and " +
+                           std::to_string(kMaxSide));
+  }
+  if (uint8_t(o.crop) > uint8_t(CropMode::kRandomResized)) {
+    return InvalidArgument("decode crop: unknown mode " + std::to_string(int(o.crop)));
+  }
+  if (uint8_t(o.dtype) > uint8_t(ImageDType::kFloat16)) {
+    return InvalidArgument("decode dtype: unknown type " + std::to_string(int(o.dtype)));
+  }
+  if (uint8_t(o.layout) > uint8_t(ImageLayout::kNCHW)) {
+    return InvalidArgument("decode layout: unknown layout " + std::to_string(int(o.layout)));
+  }
+  if (uint8_t(o.extent) > uint8_t(DecodeExtent::kWholeFull)) {
+    return InvalidArgument("decode extent: unknown extent " + std::to_string(int(o.extent)));
+  }
+  // The negations catch NaN too.
+  if (!(o.scale_min > 0 && o.scale_min <= o.scale_max && o.scale_max <= 1)) {
+    return InvalidArgument("decode scale " + Range(o.scale_min, o.scale_max) +
+                           ": the crop's area fraction needs 0 < min <= max <= 1");
+  }
+  if (!(o.ratio_min > 0 && o.ratio_min <= o.ratio_max && std::isfinite(o.ratio_max))) {
+    return InvalidArgument("decode ratio " + Range(o.ratio_min, o.ratio_max) +
+                           ": the crop's aspect ratio (w / h) needs 0 < min <= max");
+  }
+  if (!(o.flip >= 0 && o.flip <= 1)) {
+    return InvalidArgument("decode flip " + Num(o.flip) + ": a probability, between 0 and 1");
+  }
+  if (o.crop == CropMode::kCenter && o.resize_shorter != 0 &&
+      (o.resize_shorter < std::max(o.height, o.width) || o.resize_shorter > kMaxResizeShorter)) {
+    return InvalidArgument("decode resize_shorter " + std::to_string(o.resize_shorter) +
+                           ": must be between the crop size " + size + " and " +
+                           std::to_string(kMaxResizeShorter));
+  }
+  if (o.normalize) {
+    if (o.dtype == ImageDType::kUInt8) {
+      return InvalidArgument(
+          "decode normalize needs dtype float32 or float16 (uint8 cannot hold normalized values)");
+    }
+    for (int c = 0; c < 3; ++c) {
+      if (!std::isfinite(o.mean[c])) {
+        return InvalidArgument("decode mean[" + std::to_string(c) + "] " + Num(o.mean[c]) +
+                               " is not a finite number");
+      }
+      if (!std::isfinite(o.std[c]) || o.std[c] == 0) {
+        return InvalidArgument("decode std[" + std::to_string(c) + "] " + Num(o.std[c]) +
+                               ": normalize divides by it, it must be finite and not 0");
+      }
+    }
   }
   return Status::Ok();
 }
 
-struct DecodeScratch::Impl {
-  std::vector<uint8_t> pixels;
+#ifdef STOKER_HAVE_TURBOJPEG
+namespace {
+
+// Refuse images whose header claims more pixels than any real training
+// image has (a corrupt header must not become a multi-GiB allocation).
+constexpr uint64_t kMaxPixels = 1ull << 28;
+
+// libjpeg reports errors through error_exit, which must not return: it
+// longjmps back to the setjmp of the call in progress. The functions with a
+// setjmp below hold only trivially destructible locals.
+struct JpegError {
+  jpeg_error_mgr pub;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated = false;
 };
+
+void ErrorExit(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegError*>(c->err);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+void EmitMessage(j_common_ptr c, int level) {
+  if (level >= 0) return;  // trace messages
+  // Warnings: corrupt data that libjpeg decodes around. Only running out of
+  // data (a truncated file: libjpeg pads it with grey) fails the sample.
+  auto* e = reinterpret_cast<JpegError*>(c->err);
+  if (c->err->msg_code == JWRN_JPEG_EOF) e->truncated = true;
+  c->err->num_warnings++;
+}
+
+void OutputMessage(j_common_ptr) {}
+
+}  // namespace
+
+struct DecodeScratch::Impl {
+  jpeg_decompress_struct cinfo{};
+  JpegError err;
+  bool ready = false;
+  std::vector<uint8_t> pixels;   // the decoded window
+  std::vector<uint8_t> resized;  // height x width x 3, before the output pass
+  Taps ty, tx;
+  OutputTable table;
+
+  Impl() {
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = ErrorExit;
+    err.pub.emit_message = EmitMessage;
+    err.pub.output_message = OutputMessage;
+    ready = Create();
+  }
+  ~Impl() {
+    if (ready) jpeg_destroy_decompress(&cinfo);
+  }
+
+  bool Create() {
+    if (setjmp(err.jump)) return false;
+    jpeg_create_decompress(&cinfo);
+    return true;
+  }
+
+  bool ReadHeader(const uint8_t* data, size_t size) {
+    err.truncated = false;
+    if (setjmp(err.jump)) {
+      jpeg_abort_decompress(&cinfo);
+      return false;
+    }
+    jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+    jpeg_read_header(&cinfo, TRUE);
+    return true;
+  }
+
+  // Decodes rows [y0, y1] and at least columns [x0, x1] of the image scaled
+  // by scale_num / 8 into `pixels`; `col0` and `cols` get the columns it
+  // holds (jpeg_crop_scanline widens them to iMCU boundaries).
+  bool DecodeWindow(int scale_num, bool cmyk, uint32_t y0, uint32_t y1, uint32_t x0, uint32_t x1,
+                    uint32_t* col0, uint32_t* cols, uint32_t* components) {
+    if (setjmp(err.jump)) {
+      jpeg_abort_decompress(&cinfo);
+      return false;
+    }
+    cinfo.scale_num = scale_num;
+    cinfo.scale_denom = 8;
+    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    cinfo.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&cinfo);
+    JDIMENSION xoff = x0, width = x1 - x0 + 1;
+    if (width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoff, &width);
+    const size_t stride = size_t(width) * cinfo.output_components;
+    pixels.resize(stride * (y1 - y0 + 1));
+    if (y0 > 0) jpeg_skip_scanlines(&cinfo, y0);
+    JSAMPROW rows[16];
+    while (cinfo.output_scanline <= y1) {
+      JDIMENSION k = 0;
+      for (; k < 16 && cinfo.output_scanline + k <= y1; ++k) {
+        rows[k] = pixels.data() + (cinfo.output_scanline + k - y0) * stride;
+      }
+      jpeg_read_scanlines(&cinfo, rows, k);
+    }
+    *col0 = xoff;
+    *cols = width;
+    *components = cinfo.output_components;
+    jpeg_abort_decompress(&cinfo);
+    return true;
+  }
+};
+
+namespace {
+
+// CMYK -> RGB in place, as PIL converts (Pillow's cmyk2rgb, and it always
+// reads CMYK JPEGs with Adobe's inverted polarity: 0 is full ink, which is
+// what Photoshop and libjpeg's own CMYK writer store).
+void CmykToRgb(uint8_t* p, size_t pixels) {
+  auto muldiv255 = [](uint32_t a, uint32_t b) {
+    const uint32_t t = a * b + 128;
+    return ((t >> 8) + t) >> 8;
+  };
+  for (size_t i = 0; i < pixels; ++i) {
+    const uint32_t nk = p[4 * i + 3];  // 255 - K with K = 255 - stored
+    for (int c = 0; c < 3; ++c) {
+      const uint32_t ink = 255 - p[4 * i + c];
+      p[3 * i + c] = uint8_t(nk - std::min(nk, muldiv255(ink, nk)));
+    }
+  }
+}
+
+Status DecodeAndAugment(const DecodeOptions& o, std::span<const std::byte> jpeg,
+                        const SampleKey& key, std::span<std::byte> out, DecodeScratch::Impl* d) {
+  if (!d->ready) return Internal("JPEG decode: libjpeg could not start");
+  if (jpeg.empty()) return Corruption("JPEG decode: empty data");
+  if (!d->ReadHeader(reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size())) {
+    return Corruption(std::string("not a JPEG: ") + d->err.message);
+  }
+  const uint32_t W = d->cinfo.image_width, H = d->cinfo.image_height;
+  if (W == 0 || H == 0 || uint64_t(W) * H > kMaxPixels) {
+    jpeg_abort_decompress(&d->cinfo);
+    return Corruption("JPEG claims an impossible size " + std::to_string(W) + "x" +
+                      std::to_string(H));
+  }
+  const bool cmyk = d->cinfo.jpeg_color_space == JCS_CMYK || d->cinfo.jpeg_color_space == JCS_YCCK;
+
+  bool flip = false;
+  const CropBox box = DrawCrop(o, H, W, key, &flip);
+
+  // The smallest DCT scaling m / 8 at which the box still covers the
+  // output, m a power of two: libjpeg-turbo has SIMD IDCTs for 8/8, 4/8,
+  // 2/8 and 1/8 only; the others (and the 10x10 .. 14x14 IDCTs libjpeg
+  // picks for their subsampled chroma) are plain C, and 7/8 decodes slower
+  // than 8/8 (measured in docs/benchmarks.md).
+  int m = 8;
+  while (o.extent != DecodeExtent::kWholeFull && m > 1 && box.width * (m / 2) / 8 >= o.width &&
+         box.height * (m / 2) / 8 >= o.height) {
+    m /= 2;
+  }
+  const double scale = m / 8.0;
+  ComputeTaps(box.top, box.height, o.height, box.clamp_top, box.clamp_bottom, scale, &d->ty);
+  ComputeTaps(box.left, box.width, o.width, box.clamp_left, box.clamp_right, scale, &d->tx);
+  uint32_t y0 = d->ty.lowest(), y1 = d->ty.highest();
+  uint32_t x0 = d->tx.lowest(), x1 = d->tx.highest();
+  if (o.extent != DecodeExtent::kCropScaled) {
+    // The scaled image's size, as libjpeg computes it (jdiv_round_up).
+    y0 = x0 = 0;
+    y1 = uint32_t((uint64_t(H) * m + 7) / 8) - 1;
+    x1 = uint32_t((uint64_t(W) * m + 7) / 8) - 1;
+  }
+  uint32_t col0 = 0, cols = 0, components = 0;
+  if (!d->DecodeWindow(m, cmyk, y0, y1, x0, x1, &col0, &cols, &components)) {
+    return Corruption(std::string("JPEG decode failed: ") + d->err.message);
+  }
+  if (d->err.truncated) return Corruption("JPEG data ends early (truncated file)");
+  size_t stride = size_t(cols) * components;
+  if (components == 4) {
+    // Row by row in place: each row's RGB ends before its CMYK does.
+    for (uint32_t r = 0; r <= y1 - y0; ++r) {
+      uint8_t* row = d->pixels.data() + r * stride;
+      CmykToRgb(row, cols);
+      if (r > 0) std::memmove(d->pixels.data() + r * size_t(cols) * 3, row, size_t(cols) * 3);
+    }
+    stride = size_t(cols) * 3;
+  } else if (components != 3) {
+    return Internal("JPEG decode: " + std::to_string(components) + " components after RGB output");
+  }
+
+  const bool direct = !flip && o.dtype == ImageDType::kUInt8 && o.layout == ImageLayout::kNHWC;
+  uint8_t* rgb = reinterpret_cast<uint8_t*>(out.data());
+  if (!direct) {
+    d->resized.resize(size_t(o.height) * o.width * 3);
+    rgb = d->resized.data();
+  }
+  ResizeWithTaps(d->pixels.data(), stride, int32_t(y0), int32_t(col0), d->ty, d->tx, rgb);
+  if (!direct) {
+    if (!d->table.Matches(o)) d->table.Build(o);
+    WriteOutput(rgb, o.height, o.width, flip, o.layout, d->table, out.data());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+#else
+struct DecodeScratch::Impl {};
+#endif
+
 DecodeScratch::DecodeScratch() : impl_(std::make_unique<Impl>()) {}
 DecodeScratch::~DecodeScratch() = default;
 
 Status DecodeSample(const DecodeOptions& o, std::span<const std::byte> jpeg, const SampleKey& key,
                     std::span<std::byte> out, DecodeScratch* scratch) {
-  if (o.crop != CropMode::kResize || o.flip != 0.0f || o.normalize ||
-      o.dtype != ImageDType::kUInt8 || o.layout != ImageLayout::kNHWC) {
-    return Unsupported("decode: crops, flips, normalization, float output and NCHW are not built");
+#ifndef STOKER_HAVE_TURBOJPEG
+  (void)o, (void)jpeg, (void)key, (void)out, (void)scratch;
+  return Unsupported("JPEG decode: stoker was built without libjpeg-turbo");
+#else
+  if (out.size() < DecodedSampleBytes(o)) {
+    return InvalidArgument("decode: output of " + std::to_string(out.size()) + " bytes, needs " +
+                           std::to_string(DecodedSampleBytes(o)));
   }
-  return DecodeJpegResized(jpeg, o.height, o.width,
-                           {reinterpret_cast<uint8_t*>(out.data()), out.size()},
-                           &scratch->impl()->pixels);
+  Status st = DecodeAndAugment(o, jpeg, key, out, scratch->impl());
+  // A sample that cannot be decoded leaves zeros, never stale pixels (the
+  // loader may skip it with skip_corrupt).
+  if (!st.ok()) std::memset(out.data(), 0, DecodedSampleBytes(o));
+  return st;
+#endif
+}
+
+Status DecodeJpegResized(std::span<const std::byte> jpeg, uint32_t out_h, uint32_t out_w,
+                         std::span<uint8_t> out, std::vector<uint8_t>* /*scratch*/) {
+  DecodeOptions o;
+  o.field = "image";
+  o.height = out_h;
+  o.width = out_w;
+  thread_local DecodeScratch scratch;
+  return DecodeSample(o, jpeg, {}, {reinterpret_cast<std::byte*>(out.data()), out.size()},
+                      &scratch);
 }
 
 }  // namespace stoker

@@ -96,3 +96,32 @@ def test_dlpack_objects_follow_the_consumer_stream(tmp_path, gpu):
             assert t.is_cuda and t.dtype == torch.uint64
         with pytest.raises(ValueError, match="ambiguous"):
             ids.__dlpack__(stream=0)
+
+
+def test_augmented_images_arrive_as_float16_nchw_equal_to_host(tmp_path, gpu):
+    """decode with crop, flip, normalize into float16 NCHW: the device tensor
+    has the host batch's dtype, shape and values (DLPack carries the type)."""
+    torch = gpu
+    import io
+    import numpy as np
+    Image = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(0)
+    for i in range(16):
+        folder = tmp_path / "src" / f"c{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (60 + i, 90, 3), np.uint8)).save(buf, "JPEG")
+        (folder / f"{i}.jpg").write_bytes(buf.getvalue())
+    stoker.pack(tmp_path / "src", tmp_path / "ds", shuffle=False)
+    decode = {"field": "image", "size": (32, 48), "crop": "random_resized", "flip": 0.5,
+              "normalize": True, "dtype": "float16", "layout": "NCHW"}
+    opts = dict(decode=decode, seed=2, rank=0, world_size=1)
+    host = stoker.Loader(tmp_path / "ds", 8, format="torch", **opts)
+    dev = stoker.Loader(tmp_path / "ds", 8, format="torch", device="cuda:0", **opts)
+    n = 0
+    for h, d in zip(host, dev):
+        assert d["image"].is_cuda and d["image"].dtype == torch.float16
+        assert tuple(d["image"].shape) == tuple(h["image"].shape) == (8, 3, 32, 48)
+        assert torch.equal(d["image"].cpu(), h["image"])
+        n += 1
+    assert n == 2

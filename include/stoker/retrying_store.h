@@ -1,0 +1,58 @@
+// Retry as a store decorator: reads that fail with a retryable error
+// (Status::retryable(): a timeout, an unavailable OSD) are tried again with
+// exponential backoff, within a deadline, so that callers (the loader) hold
+// no retry loops of their own.
+//
+// What is retried: Read and ReadAll, each request of a ReadQueue (resubmitted
+// by the queue itself: the caller sees one completion per request, after the
+// last attempt), OpenReader and every ReadV of the readers it returns. Writes,
+// Stat, List and Remove pass through unchanged: whether a write may be
+// repeated is the writer's decision.
+//
+// Thread safety: as the wrapped store. A ReadQueue from it is used by one
+// thread, as any ReadQueue; its ObjectReaders by any number at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "stoker/store.h"
+
+namespace stoker {
+
+struct RetryOptions {
+  // Attempts after the first one. Default: 3.
+  uint32_t max_retries = 3;
+  // Backoff before retry k (1, 2, ...) is first_backoff * 2^(k-1), at most
+  // max_backoff. Default: 50 ms (a restarting OSD needs a moment), at most 3.2 s.
+  std::chrono::milliseconds first_backoff{50};
+  std::chrono::milliseconds max_backoff{3200};
+  // No retry starts later than this after the first attempt: the caller's
+  // deadline for the read (retries included). Default: 60 s.
+  std::chrono::milliseconds deadline{60000};
+  // Optional: incremented (relaxed) once per retry, for the caller's stats.
+  // Must outlive the store and everything it returned.
+  std::atomic<uint64_t>* retries = nullptr;
+};
+
+class RetryingStore final : public StoreWrapper {
+ public:
+  RetryingStore(std::shared_ptr<Store> target, RetryOptions options)
+      : StoreWrapper(std::move(target)), options_(options) {}
+
+  Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override;
+  Result<size_t> Read(std::string_view key, uint64_t offset, std::span<std::byte> dst) override;
+  Result<std::vector<std::byte>> ReadAll(std::string_view key) override;
+  Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override;
+  // Retrying changes neither where bytes come from nor what a read costs.
+  bool local_reads() const override { return target()->local_reads(); }
+
+  const RetryOptions& options() const { return options_; }
+
+ private:
+  const RetryOptions options_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,25 @@
+// The loader's statistics as its stages count them (internal): relaxed
+// atomics, so no stage takes a lock to count; Loader::stats() sums them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace stoker {
+
+struct LoaderCounters {
+  std::atomic<uint64_t> shards_read{0};
+  std::atomic<uint64_t> bytes_read{0};
+  std::atomic<uint64_t> samples_delivered{0};
+  std::atomic<uint64_t> batches_delivered{0};
+  std::atomic<uint64_t> read_retries{0};  // counted by the RetryingStore
+  std::atomic<uint64_t> wait_ns{0};
+  std::atomic<uint64_t> decode_skipped{0};
+  std::atomic<uint64_t> shared_batches{0};
+
+  static void Add(std::atomic<uint64_t>& c, uint64_t n) {
+    c.fetch_add(n, std::memory_order_relaxed);
+  }
+};
+
+}  // namespace stoker

@@ -1,0 +1,69 @@
+#include "loader/device_stage.h"
+
+#include "loader/batch_builder.h"
+#include "stoker/gpu.h"
+
+namespace stoker {
+
+void DeviceStage::Stop() {
+  stop_ = true;
+  copied_.Stop();
+  if (copier_.joinable()) copier_.join();
+}
+
+void DeviceStage::CopierLoop() {
+  for (uint64_t b = 0; b < num_batches_ && !stop_; ++b) {
+    std::optional<Result<Batch>> r = built_.Take(b);
+    if (!r) return;  // stopped
+    if (r->ok()) r.emplace(ToDevice(std::move(*r).value()));
+    copied_.Put(b, std::move(*r));
+    next_copy_ = b + 1;
+  }
+}
+
+Result<Batch> DeviceStage::ToDevice(Batch batch) {
+  const std::shared_ptr<BatchMemory>& mem = BatchBuilder::Memory(batch);
+  const std::string what =
+      "batch " + std::to_string(batch.index()) + " of epoch " + std::to_string(batch.epoch());
+  if (!mem->pinned()) {
+    auto pin = stager_.Pin(mem->data(), mem->capacity());
+    if (!pin.ok()) return pin.status().WithContext(what);
+    mem->set_pin(std::move(pin).value());
+  }
+  auto copy = stager_.Copy({mem->data(), mem->size()}, mem, [this] { return stop_.load(); });
+  if (!copy.ok()) return copy.status().WithContext(what);
+  BatchBuilder::AttachDevice(batch, std::move(copy).value());
+  return batch;
+}
+
+Result<Batch> DeviceStage::Take(uint64_t index, Deadline unbuilt_deadline,
+                                const Status& not_built) {
+  constexpr auto kGrace = std::chrono::seconds(2);
+  bool stuck = false;
+  Clock::time_point stuck_since{};
+  while (true) {
+    std::optional<Result<Batch>> r =
+        copied_.Take(index, Clock::now() + std::chrono::milliseconds(50));
+    if (r) return std::move(*r);
+    const bool waiting = stager_.waiting_for_memory();
+    if (next_copy_ == index && !waiting && Clock::now() > unbuilt_deadline) return not_built;
+    if (next_copy_ != index || !waiting) {
+      stuck = false;
+      continue;
+    }
+    const auto now = Clock::now();
+    if (!stuck) {
+      stuck = true;
+      stuck_since = now;
+    }
+    if (now - stuck_since >= kGrace) {
+      const gpu::StagerStats g = stager_.stats();
+      return NoSpace(DeviceName(device_) + ": the device memory for batches (" +
+                     std::to_string(g.device_bytes >> 20) +
+                     " MiB, device_memory_budget) is all held by batches already delivered and "
+                     "still alive; release batches sooner or raise device_memory_budget");
+    }
+  }
+}
+
+}  // namespace stoker
