@@ -1118,10 +1118,9 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
            py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"),
            py::arg("device") = "", py::arg("device_memory_budget") = 0,
-           py::arg("read_unit") = "auto", py::arg("decode") = py::none(),
-           py::arg("cache_dir") = "", py::arg("cache_bytes") = 0,
-           py::arg("cache_policy") = "planned", py::arg("ranks_per_node") = 0,
-           py::arg("node_affinity") = false)
+           py::arg("read_unit") = "auto", py::arg("decode") = py::none(), py::arg("cache_dir") = "",
+           py::arg("cache_bytes") = 0, py::arg("cache_policy") = "planned",
+           py::arg("ranks_per_node") = 0, py::arg("node_affinity") = false)
       .def("next", &LoaderHandle::Next)
       .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
            py::arg("signed_ids"))
