@@ -18,7 +18,8 @@
 # DIR/cache-nodeK`, first with the global shuffle (fresh caches), then with
 # node affinity (fresh caches). Prints each epoch's remote bytes per node and
 # the sum next to the dataset's size: 2x for the global shuffle (every node
-# needs every shard), 1x with node affinity.
+# needs every shard), 1x with node affinity. Exit 1 when epoch 1 is not
+# within 2% of that, 77 when not root.
 set -euo pipefail
 
 stoker=$(realpath "${1:-build/stoker}")
@@ -113,11 +114,21 @@ run() {  # label, extra flags...
 import json, sys
 label, a, b = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
 d = a["dataset_bytes"]
+# The claim: epoch 1 reads the dataset once per node (global shuffle) or once
+# in all (node affinity), within 2%.
+want = 2.0 if label == "global" else 1.0
+first = (a["epochs"][0]["remote_bytes"] + b["epochs"][0]["remote_bytes"]) / d
+status = 0
+if abs(first - want) > 0.02 * want or a["failed_ranks"] or b["failed_ranks"]:
+    print(f"{label}: epoch 1 read {first:.3f} x the dataset, expected {want:.0f}x within 2%"
+          f" (failed ranks: {a['failed_ranks']} + {b['failed_ranks']})", file=sys.stderr)
+    status = 1
 for ea, eb in zip(a["epochs"], b["epochs"]):
     total = ea["remote_bytes"] + eb["remote_bytes"]
     print(f"{label:9s} epoch {ea['epoch']}: node0 {ea['remote_bytes']:>11d}  node1 "
           f"{eb['remote_bytes']:>11d}  sum {total:>11d} = {total / d:.3f} x dataset {d}  "
           f"(node MB/s {ea['node_mb_per_s']:.0f}, {eb['node_mb_per_s']:.0f})")
+sys.exit(status)
 EOF
 }
 
