@@ -55,7 +55,11 @@ shape() {  # namespace, device
   fi
 }
 
-ip netns add "$ns_ceph"
+command -v ceph-mon >/dev/null || { echo "two-nodes.sh: Ceph is not installed" >&2; exit 77; }
+if ! ip netns add "$ns_ceph"; then
+  echo "two-nodes.sh: cannot make network namespaces here (ip netns add failed)" >&2
+  exit 77
+fi
 ip -n "$ns_ceph" link set lo up
 ip -n "$ns_ceph" link add br0 type bridge
 ip -n "$ns_ceph" addr add $addr_ceph/24 dev br0
