@@ -467,6 +467,13 @@ class LoaderHandle {
     d["device_bytes"] = s.device_bytes;
     d["peak_device_bytes"] = s.peak_device_bytes;
     d["pinned_bytes"] = s.pinned_bytes;
+    d["remote_bytes"] = s.remote_bytes;
+    d["cache_bytes"] = s.cache_bytes;
+    d["cache_hits"] = s.cache_hits;
+    d["cache_misses"] = s.cache_misses;
+    d["cache_fetch_waits"] = s.cache_fetch_waits;
+    d["cache_evictions"] = s.cache_evictions;
+    d["cache_refetches"] = s.cache_refetches;
     return d;
   }
 
@@ -593,8 +600,14 @@ std::unique_ptr<LoaderHandle> MakeLoader(
     uint32_t decode_height, uint32_t decode_width, uint32_t read_retries, double read_timeout_s,
     uint64_t start_epoch, uint64_t start_position, std::string posix_engine, uint32_t io_threads,
     double op_timeout_s, std::string device, uint64_t device_memory_budget, std::string read_unit,
-    std::optional<DecodeOptions> decode) {
+    std::optional<DecodeOptions> decode, std::string cache_dir, uint64_t cache_bytes,
+    std::string cache_policy, uint32_t ranks_per_node, bool node_affinity) {
   LoaderOptions o;
+  o.cache_dir = std::move(cache_dir);
+  o.cache_bytes = cache_bytes;
+  o.cache_policy = std::move(cache_policy);
+  o.ranks_per_node = ranks_per_node;
+  o.node_affinity = node_affinity;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
   o.seed = seed;
@@ -1107,7 +1120,9 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
            py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"),
            py::arg("device") = "", py::arg("device_memory_budget") = 0,
-           py::arg("read_unit") = "auto", py::arg("decode") = py::none())
+           py::arg("read_unit") = "auto", py::arg("decode") = py::none(), py::arg("cache_dir") = "",
+           py::arg("cache_bytes") = 0, py::arg("cache_policy") = "planned",
+           py::arg("ranks_per_node") = 0, py::arg("node_affinity") = false)
       .def("next", &LoaderHandle::Next)
       .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
            py::arg("signed_ids"))

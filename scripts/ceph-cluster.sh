@@ -75,6 +75,9 @@ readonly kNumOsds=3
 readonly kPgNum=32 # per pool: 2 pools x 32 PGs x 2 copies / 3 OSDs ≈ 43 PGs per OSD
 readonly kPools=(training_data checkpoint)
 readonly kMonId=a
+# The address every daemon listens on. Default 127.0.0.1; scripts/two-nodes.sh
+# sets a veth address inside a network namespace of its own.
+readonly kAddr=${STOKER_CEPH_ADDR:-127.0.0.1}
 readonly kMgrId=x
 readonly kMarker=.stoker-ceph-cluster # `stop` removes only a folder holding it
 timeout_s="${STOKER_CEPH_TIMEOUT:-120}"
@@ -237,7 +240,7 @@ port_in_use() {
   if command -v ss >/dev/null; then
     [[ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]]
   else
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    (exec 3<>"/dev/tcp/$kAddr/$1") 2>/dev/null
   fi
 }
 
@@ -280,9 +283,9 @@ write_conf() { # FSID PORT
 #   CEPH_CONF=$conf rados --id stoker-pack -p training_data ls
 [global]
 fsid = $1
-mon host = v2:127.0.0.1:$2
-public addr = 127.0.0.1
-cluster addr = 127.0.0.1
+mon host = v2:$kAddr:$2
+public addr = $kAddr
+cluster addr = $kAddr
 ms bind msgr1 = false
 auth cluster required = cephx
 auth service required = cephx
@@ -379,12 +382,12 @@ make_keys() {
 }
 
 start_mon() { # PORT
-  monmaptool --create --clobber --fsid "$fsid" --addv "$kMonId" "[v2:127.0.0.1:$1]" \
+  monmaptool --create --clobber --fsid "$fsid" --addv "$kMonId" "[v2:$kAddr:$1]" \
     "$dir/monmap" >/dev/null
   ceph-mon --conf "$conf" -i "$kMonId" --mkfs --monmap "$dir/monmap" \
     --keyring "$dir/mon.keyring" 2>>"$dir/log/setup.log"
   start_daemons mon "$kMonId"
-  ceph_ mon stat >/dev/null || die "the monitor on 127.0.0.1:$1 does not answer"
+  ceph_ mon stat >/dev/null || die "the monitor on $kAddr:$1 does not answer"
 }
 
 # `ceph osd new` allocates the id, `ceph-osd --mkfs --mkkey` formats the store
@@ -447,7 +450,7 @@ cmd_start() {
   command -v flock >/dev/null && flock 9
   port="$(pick_port)"
   write_conf "$fsid" "$port"
-  say "starting mon.$kMonId on 127.0.0.1:$port (msgr v2) in $dir"
+  say "starting mon.$kMonId on $kAddr:$port (msgr v2) in $dir"
   start_mon "$port"
   exec 9<&-
   if [[ "${STOKER_CEPH_MGR:-1}" != 0 ]] && command -v ceph-mgr >/dev/null; then

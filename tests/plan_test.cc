@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 
 namespace stoker {
 namespace {
@@ -259,6 +260,97 @@ TEST(PlanTest, EmptyDataset) {
   auto p = EpochPlan::Make(1, none, Opts(2, 0, 1, false), 0);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->num_batches(), 0u);
+}
+
+// ---- node affinity --------------------------------------------------------
+
+PlanOptions Affine(uint32_t rank, uint32_t world, uint32_t per_node, bool drop_last = false) {
+  PlanOptions o = Opts(4, rank, world, drop_last);
+  o.node_affinity = true;
+  o.ranks_per_node = per_node;
+  return o;
+}
+
+// Shard of each sample id.
+std::vector<uint32_t> ShardOf(const std::vector<uint32_t>& shards) {
+  std::vector<uint32_t> out;
+  for (uint32_t s = 0; s < shards.size(); ++s) out.insert(out.end(), shards[s], s);
+  return out;
+}
+
+TEST(PlanAffinityTest, ExactlyOnceAndEachShardOnOneNodeForTheRun) {
+  const auto shards = UnevenShards(23, 5);
+  const auto shard_of = ShardOf(shards);
+  const uint64_t n = shard_of.size();
+  const uint32_t world = 6, per_node = 3;
+  std::map<uint32_t, uint32_t> node_of_shard;
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    std::map<uint64_t, int> seen;
+    uint64_t batches = 0;
+    for (uint32_t r = 0; r < world; ++r) {
+      auto p = EpochPlan::Make(9, shards, Affine(r, world, per_node), epoch);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      if (r == 0) batches = p->num_batches();
+      EXPECT_EQ(p->num_batches(), batches) << "every rank gets the same batch count";
+      for (uint64_t j = 0; j < p->rank_samples(); ++j) {
+        const uint64_t id = p->RankSample(j);
+        const uint32_t s = shard_of[id];
+        auto [it, fresh] = node_of_shard.emplace(s, r / per_node);
+        EXPECT_EQ(it->second, r / per_node) << "shard " << s << " read by two nodes";
+        if (!p->IsPadding(j)) seen[id]++;
+      }
+    }
+    ASSERT_EQ(seen.size(), n) << "epoch " << epoch;
+    for (const auto& [id, count] : seen) ASSERT_EQ(count, 1) << "sample " << id;
+  }
+  // Both nodes got a part.
+  std::set<uint32_t> nodes;
+  for (const auto& [s, node] : node_of_shard) nodes.insert(node);
+  EXPECT_EQ(nodes.size(), 2u);
+}
+
+TEST(PlanAffinityTest, GoldenOrder) {
+  // Pins the node-affine order: a change here changes every run's order.
+  const auto shards = Shards({3, 2, 4, 1, 3, 2});
+  std::vector<uint64_t> got;
+  for (uint32_t r = 0; r < 4; ++r) {
+    auto p = EpochPlan::Make(11, shards, Affine(r, 4, 2), 1);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    for (uint64_t j = 0; j < p->rank_samples(); ++j) got.push_back(p->RankSample(j));
+    got.push_back(999);
+  }
+  const std::vector<uint64_t> want = {2,  1, 14, 0, 999, 3, 4,  13, 2,  999,
+                                      10, 9, 8,  7, 999, 5, 12, 6,  11, 999};
+  EXPECT_EQ(got, want);
+}
+
+TEST(PlanAffinityTest, ResumeEqualsUninterruptedOnTheSameWorld) {
+  const auto shards = UnevenShards(17, 8);
+  for (bool drop_last : {false, true}) {
+    for (uint32_t r = 0; r < 4; ++r) {
+      auto full = EpochPlan::Make(3, shards, Affine(r, 4, 2, drop_last), 2);
+      ASSERT_TRUE(full.ok());
+      const auto all = RankSamples(*full);
+      for (uint64_t k = 0; k <= full->num_batches(); ++k) {
+        auto rest =
+            EpochPlan::Make(3, shards, Affine(r, 4, 2, drop_last), 2, full->PositionAfter(k));
+        ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+        const auto tail = RankSamples(*rest);
+        ASSERT_EQ(tail.size(), all.size() - std::min<size_t>(all.size(), k * 4));
+        EXPECT_TRUE(std::equal(tail.begin(), tail.end(), all.end() - tail.size()));
+      }
+    }
+  }
+}
+
+TEST(PlanAffinityTest, BadArguments) {
+  const auto shards = UnevenShards(5, 1);
+  EXPECT_EQ(EpochPlan::Make(1, shards, Affine(0, 6, 4), 0).status().code(),
+            Code::kInvalidArgument);  // 4 does not divide 6
+  EXPECT_EQ(EpochPlan::Make(1, shards, Affine(0, 4, 2), 0, 3).status().code(),
+            Code::kInvalidArgument);  // not a whole step
+  EXPECT_EQ(EpochPlan::Make(1, Shards({5, 5}), Affine(0, 6, 2), 0).status().code(),
+            Code::kInvalidArgument);  // 3 nodes, 2 shards
 }
 
 }  // namespace

@@ -125,6 +125,27 @@ struct LoaderOptions {
   // prefetch_batches + 4 batches of the largest possible size.
   uint64_t device_memory_budget = 0;
   StoreOptions store;
+  // The node cache (cache.h): a folder on the node's local disk shared by
+  // every rank and job on the node, so that each shard is fetched from the
+  // store once per node. Default: "" = no cache.
+  std::string cache_dir;
+  // Most bytes the cache folder holds. Default: 0 = its file system's free
+  // space plus what the cache holds, less 5% of the file system (at least
+  // 256 MiB).
+  uint64_t cache_bytes = 0;
+  // "planned" (prefetch along the node's order, Belady eviction) or "lru".
+  // Default: "planned".
+  std::string cache_policy = "planned";
+  // Ranks per node: ranks [k * ranks_per_node, (k + 1) * ranks_per_node) are
+  // node k's, and share its cache. Default: 0 = every rank is on this node.
+  uint32_t ranks_per_node = 0;
+  // Node affinity (plan.h): each shard is read by one node only for the
+  // whole run, and shuffled within that node's part. Default: off (the
+  // global shuffle).
+  bool node_affinity = false;
+  // When the cache folder is unusable, read uncached (saying so once on
+  // stderr) rather than failing Open. Default: off.
+  bool cache_fallback = false;
 };
 
 // Records of at least this many bytes on average are read one by one under
@@ -157,6 +178,15 @@ struct LoaderStats {
   uint64_t device_bytes = 0;
   uint64_t peak_device_bytes = 0;
   uint64_t pinned_bytes = 0;
+  // The node cache (LoaderOptions::cache_dir), this process's share; see
+  // CacheStats in cache.h. Without a cache, remote_bytes = bytes_read.
+  uint64_t remote_bytes = 0;
+  uint64_t cache_bytes = 0;
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t cache_fetch_waits = 0;
+  uint64_t cache_evictions = 0;
+  uint64_t cache_refetches = 0;
 };
 
 class BatchMemory;  // the pooled buffer behind a Batch (implementation)

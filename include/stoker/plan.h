@@ -22,6 +22,25 @@
 //              are marked as padding). The last batch may be short, equally on
 //              every rank.
 //
+// Node affinity (PlanOptions::node_affinity, off by default): the ranks are
+// grouped into nodes of ranks_per_node consecutive ranks, and each shard
+// belongs to one node for the whole run (a permutation fixed by (dataset,
+// seed), cut into equal parts), so that a node's cache needs only its part
+// of the dataset. Each epoch, a node's part is shuffled as above (shards,
+// then windows) into the node's order, which its ranks take strided: rank r
+// (node k, local rank l) gets node k's positions j * ranks_per_node + l.
+// Every rank gets the same count: that of the largest part (the others wrap
+// around, marked as padding), or with drop_last full batches of the smallest.
+// The global order is the nodes' orders one after another. The trade-off: a
+// sample only ever meets the samples of its node's part in a batch, and a
+// node only ever trains on its part (the mix across nodes happens in the
+// gradient all-reduce only), which is less random than the global shuffle
+// (the default); in exchange each node's storage traffic is 1/nodes.
+// A position then counts steps: position = steps consumed x world (which
+// may pass the sample count, parts being uneven), so it resumes on the same
+// world and node count only (Make refuses a position that is not a whole
+// step).
+//
 // Thread safety: an EpochPlan is immutable after Make; share it freely.
 #pragma once
 
@@ -71,6 +90,11 @@ struct PlanOptions {
   uint32_t world_size = 1;
   // Default: off (pad, so no sample is skipped).
   bool drop_last = false;
+  // Node affinity (see above). Default: off, the global shuffle.
+  bool node_affinity = false;
+  // Ranks per node for node affinity; must divide world_size. Default: 0 =
+  // every rank on one node (affinity then changes nothing but positions).
+  uint32_t ranks_per_node = 0;
 };
 
 class EpochPlan {
@@ -103,6 +127,9 @@ class EpochPlan {
   uint64_t PositionAfter(uint64_t batches) const;
 
  private:
+  static Result<EpochPlan> MakeNodeAffine(uint64_t dataset_id, std::span<const uint64_t> first,
+                                          const PlanOptions& options, uint64_t epoch,
+                                          uint64_t start_position, EpochPlan p);
   std::vector<uint64_t> order_;
   uint64_t epoch_ = 0;
   uint64_t start_ = 0;
@@ -111,6 +138,12 @@ class EpochPlan {
   uint32_t batch_ = 1;
   uint64_t rank_samples_ = 0;
   uint64_t num_batches_ = 0;
+  // Node affinity: this rank's node's order is order_[node_begin_,
+  // node_begin_ + node_samples_), taken with stride per_node_ from local_
+  // after start_step_ steps.
+  bool affinity_ = false;
+  uint64_t node_begin_ = 0, node_samples_ = 0, start_step_ = 0, end_position_ = 0;
+  uint32_t per_node_ = 1, local_ = 0;
 };
 
 }  // namespace stoker

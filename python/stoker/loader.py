@@ -410,7 +410,8 @@ class Loader:
                  drop_last=False, decode=None, fields=None, format="numpy", threads=0,
                  reads_in_flight=8, memory_budget=0, prefetch=4, shuffle_window=8,
                  read_retries=3, read_timeout=60.0, direct_io=False, store=None,
-                 device=None, device_memory_budget=0, read_unit="auto"):
+                 device=None, device_memory_budget=0, read_unit="auto", cache=None,
+                 cache_bytes=0, cache_policy="planned", ranks_per_node=0, node_affinity=False):
         self._impl = None  # so close() and __repr__ work if a check below raises
         if not isinstance(uri, (str, os.PathLike)):
             raise TypeError(f"uri must be a str or path, not {type(uri).__name__}")
@@ -457,6 +458,12 @@ class Loader:
         engine, io_threads, op_timeout = _store_options(store)
         if read_unit not in ("auto", "shard", "sample"):
             raise ValueError(f"read_unit must be 'auto', 'shard' or 'sample', got {read_unit!r}")
+        # The node cache (a folder on local disk shared by the node's ranks
+        # and jobs; see include/stoker/cache.h). cache_bytes 0 = the disk's
+        # free space less 5%.
+        cache = "" if cache is None else os.fspath(cache)
+        if cache_policy not in ("planned", "lru"):
+            raise ValueError(f"cache_policy must be 'planned' or 'lru', got {cache_policy!r}")
 
         self._impl = _stoker._Loader(
             uri=uri, batch_size=self.batch_size, shuffle=self.shuffle, seed=self.seed,
@@ -472,7 +479,10 @@ class Loader:
             start_position=0, posix_engine=engine, io_threads=io_threads,
             op_timeout_s=op_timeout, device=device,
             device_memory_budget=_int("device_memory_budget", device_memory_budget, 0, _U64),
-            read_unit=read_unit, decode=decode_options)
+            read_unit=read_unit, decode=decode_options, cache_dir=cache,
+            cache_bytes=_int("cache_bytes", cache_bytes, 0, _U64), cache_policy=cache_policy,
+            ranks_per_node=_int("ranks_per_node", ranks_per_node, 0),
+            node_affinity=_bool("node_affinity", node_affinity))
         self.uri = uri
         self.read_unit = self._impl.read_unit  # what "auto" chose
         self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
@@ -617,7 +627,10 @@ class Loader:
         peak_buffer_bytes, decode_skipped (corrupt images zero-filled with
         skip_corrupt), shared_batches (batches built by more than one
         worker); with a device also h2d_bytes, h2d_seconds (copy
-        engine busy time), device_bytes, peak_device_bytes, pinned_bytes."""
+        engine busy time), device_bytes, peak_device_bytes, pinned_bytes; the
+        node cache's remote_bytes (bytes read from the store), cache_bytes,
+        cache_hits, cache_misses, cache_fetch_waits, cache_evictions,
+        cache_refetches."""
         return self._impl.stats()
 
     def close(self):

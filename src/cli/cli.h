@@ -38,6 +38,8 @@ void RegisterBenchStorage(CLI::App* bench, Action* action);
 // `bench h2d` and `bench gpu-loader` (GPU delivery), under `bench`.
 void RegisterBenchH2d(CLI::App* bench, Action* action);
 void RegisterBenchGpuLoader(CLI::App* bench, Action* action);
+// `bench node` (N rank processes sharing one node cache), under `bench`.
+void RegisterBenchNode(CLI::App* bench, Action* action);
 
 // `stoker doctor` (cmd_doctor.cc).
 void RegisterDoctor(CLI::App& app, Action* action);

@@ -121,6 +121,12 @@ void RegisterBench(CLI::App& app, Action* action) {
       extra["data_wait_seconds"] = std::chrono::duration<double>(st.wait_time).count();
       extra["engine"] = PosixEngineName(*store);
       extra["read_unit"] = std::string(l->read_unit());
+      extra["remote_bytes"] = st.remote_bytes;
+      if (!args->flags.options.cache_dir.empty()) {
+        extra["cache"] = {{"bytes", st.cache_bytes},         {"hits", st.cache_hits},
+                          {"misses", st.cache_misses},       {"fetch_waits", st.cache_fetch_waits},
+                          {"evictions", st.cache_evictions}, {"refetches", st.cache_refetches}};
+      }
       return Report(args->uri, *run, args->flags.options, args->json, extra);
     };
   });

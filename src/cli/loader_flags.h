@@ -15,6 +15,7 @@ struct LoaderFlags {
   std::string decode_size = "224x224";
   bool decode = false;
   bool no_shuffle = false;
+  double cache_gib = 0;
   // Augmentation (any of these implies --decode); empty: the default.
   std::string crop, scale, ratio, normalize, dtype, layout;
   float flip = 0;
@@ -42,6 +43,13 @@ struct LoaderFlags {
         ->capture_default_str();
     cmd->add_flag("--decode", decode, "Decode the 'image' field as JPEG and resize");
     cmd->add_option("--decode-size", decode_size, "HxW of decoded images")->capture_default_str();
+    cmd->add_option("--cache", options.cache_dir,
+                    "Node cache folder on local disk, shared by the node's ranks and jobs");
+    cmd->add_option("--cache-gib", cache_gib,
+                    "Node cache limit (0 = the disk's free space less 5%)")
+        ->capture_default_str();
+    cmd->add_option("--cache-policy", options.cache_policy, "planned (Belady) or lru")
+        ->capture_default_str();
     AddAugment(cmd);
   }
 
@@ -66,6 +74,7 @@ struct LoaderFlags {
   Status Finish() {
     options.memory_budget = static_cast<uint64_t>(budget_mib * (1 << 20));
     options.shuffle = !no_shuffle;
+    options.cache_bytes = static_cast<uint64_t>(cache_gib * (1ull << 30));
     const bool augment = !crop.empty() || !scale.empty() || !ratio.empty() || !normalize.empty() ||
                          !dtype.empty() || !layout.empty() || flip != 0 || skip_corrupt;
     if (decode || augment) {

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   RegisterBench(app, &action);
   RegisterBenchH2d(app.get_subcommand("bench"), &action);
   RegisterBenchGpuLoader(app.get_subcommand("bench"), &action);
+  RegisterBenchNode(app.get_subcommand("bench"), &action);
   RegisterDemo(app, &action);
   RegisterCkpt(app, &action);
   RegisterCompletion(app, &action);

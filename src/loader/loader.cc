@@ -25,6 +25,7 @@
 #include "loader/memory_plan.h"
 #include "loader/schedule.h"
 #include "loader/shard_source.h"
+#include "stoker/cache.h"
 #include "stoker/gpu.h"
 #include "stoker/plan.h"
 #include "stoker/retrying_store.h"
@@ -213,8 +214,13 @@ Status LoaderImpl::StartEpoch(uint64_t epoch, uint64_t position) {
   po.rank = options_.rank;
   po.world_size = options_.world_size;
   po.drop_last = options_.drop_last;
+  po.node_affinity = options_.node_affinity;
+  po.ranks_per_node = options_.ranks_per_node;
   STOKER_ASSIGN_OR_RETURN(EpochPlan plan,
                           EpochPlan::Make(manifest_.Id64(), shard_samples_, po, epoch, position));
+  if (auto* cache = dynamic_cast<NodeCache*>(store_.get())) {
+    STOKER_RETURN_IF_ERROR(cache->BeginEpoch(po, epoch, position));
+  }
   auto e = std::make_unique<Epoch>(std::move(plan));
   e->schedule = BuildSchedule(e->plan, manifest_);
   STOKER_ASSIGN_OR_RETURN(e->memory, SizeMemory(e->schedule));
@@ -308,6 +314,17 @@ LoaderStats LoaderImpl::stats() const {
   s.decode_skipped = get(c.decode_skipped);
   s.shared_batches = get(c.shared_batches);
   s.peak_buffer_bytes = shard_pool_->peak_bytes() + batch_pool_->peak_bytes();
+  s.remote_bytes = s.bytes_read;
+  if (auto* cache = dynamic_cast<const NodeCache*>(store_.get())) {
+    const CacheStats cs = cache->stats();
+    s.remote_bytes = cs.uncached ? s.bytes_read : cs.remote_bytes;
+    s.cache_bytes = cs.cache_bytes;
+    s.cache_hits = cs.hits;
+    s.cache_misses = cs.misses;
+    s.cache_fetch_waits = cs.fetch_waits;
+    s.cache_evictions = cs.evictions;
+    s.cache_refetches = cs.refetches;
+  }
   if (stager_) {
     const gpu::StagerStats g = stager_->stats();
     s.h2d_bytes = g.bytes;
@@ -395,6 +412,15 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
     store = std::make_shared<RetryingStore>(std::move(store), ro);
   }
   STOKER_ASSIGN_OR_RETURN(format::Manifest manifest, ReadManifest(*store));
+  if (!options.cache_dir.empty()) {  // the node cache, in front of the retries
+    CacheOptions co;
+    co.dir = options.cache_dir;
+    co.capacity_bytes = options.cache_bytes;
+    co.policy = options.cache_policy;
+    co.ranks_per_node = options.ranks_per_node;
+    co.fallback_uncached = options.cache_fallback;
+    STOKER_ASSIGN_OR_RETURN(store, OpenNodeCache(std::move(store), manifest, co));
+  }
 
   std::vector<ColumnSpec> columns;
   std::vector<int> fields;

@@ -1,0 +1,88 @@
+#include "cache/folder.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace stoker::cache_internal {
+
+MappedFile::~MappedFile() {
+  if (data_) munmap(data_, bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+Status MappedFile::Open(const std::string& path, uint64_t bytes) {
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) return ErrnoToStatus(errno, "open " + path);
+  struct stat st;
+  if (fstat(fd_, &st) != 0) return ErrnoToStatus(errno, "fstat " + path);
+  // Only ever grown: another process may have it mapped. A new file is all
+  // zeros, which every table reads as "nothing there yet". Allocated, not
+  // sparse: a page of a sparse file that a full disk cannot back would be
+  // SIGBUS at the first store through the mapping, not an error here.
+  if (uint64_t(st.st_size) < bytes) {
+    const int err = posix_fallocate(fd_, 0, off_t(bytes));
+    if (err != 0)
+      return ErrnoToStatus(err, "allocate " + std::to_string(bytes) + " bytes for " + path);
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) return ErrnoToStatus(errno, "mmap " + path);
+  data_ = p;
+  bytes_ = bytes;
+  return Status::Ok();
+}
+
+namespace {
+
+int SetLock(int fd, uint64_t at, short type, bool wait) {
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = off_t(at);
+  fl.l_len = 1;
+  while (true) {
+    if (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+}
+
+}  // namespace
+
+Result<bool> ByteLock::Lock(const std::string& path, uint64_t at, bool exclusive, bool wait) {
+  Release();
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
+  const int err = SetLock(fd, at, exclusive ? F_WRLCK : F_RDLCK, wait);
+  if (err == EAGAIN || err == EACCES) {
+    close(fd);
+    return false;
+  }
+  if (err != 0) {
+    close(fd);
+    return ErrnoToStatus(err, "lock byte " + std::to_string(at) + " of " + path);
+  }
+  fd_ = fd;
+  return true;
+}
+
+void ByteLock::Release() {
+  if (fd_ >= 0) close(fd_);  // the last close of the description drops its locks
+  fd_ = -1;
+}
+
+Status CheckOfdLocks(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return ErrnoToStatus(errno, "open " + path);
+  const int err = SetLock(fd, uint64_t(1) << 40, F_WRLCK, /*wait=*/false);
+  close(fd);
+  if (err == EINVAL || err == ENOSYS || err == ENOLCK) {
+    return Unsupported(path + ": the file system offers no OFD record locks");
+  }
+  if (err != 0 && err != EAGAIN && err != EACCES) return ErrnoToStatus(err, "lock " + path);
+  return Status::Ok();
+}
+
+}  // namespace stoker::cache_internal

@@ -1,0 +1,47 @@
+// The node's need order: when the ranks of one node first and last need each
+// shard in an epoch, computed from the epoch plan alone (every rank can
+// compute every rank's order). The planned cache prefetches along it and
+// evicts the shard whose next use is furthest away (Belady).
+//
+// Thread safety: a NeedOrder is immutable after Compute; share it freely.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "stoker/plan.h"
+#include "stoker/status.h"
+
+namespace stoker::cache_internal {
+
+inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+
+struct NeedOrder {
+  // Per shard: the first and last step (the index of a sample within a rank's
+  // share of the epoch) at which any rank of the node needs it; kNever when
+  // no rank of the node needs it this epoch.
+  std::vector<uint64_t> first_step;
+  std::vector<uint64_t> last_step;
+  // Shards the node needs, by first step (ties by shard number).
+  std::vector<uint32_t> sequence;
+  // Steps in the epoch (the largest rank share).
+  uint64_t steps = 0;
+  // Per shard: how many ranks of the node read it this epoch (a rank reads
+  // a shard once, whole, however many of its samples it takes): that many
+  // reads make it done for the epoch.
+  std::vector<uint32_t> readers;
+  // Shard -> its index in `sequence`, or UINT32_MAX.
+  std::vector<uint32_t> index_of;
+  // index_of[shard] as a signed value: -1 when the node does not need it.
+  int64_t IndexOf(uint32_t shard) const;
+
+  // The node of `plan.rank` holds ranks [node * ranks_per_node, ...);
+  // ranks_per_node 0 = every rank.
+  static Result<NeedOrder> Compute(uint64_t dataset_id, std::span<const uint32_t> shard_samples,
+                                   const PlanOptions& plan, uint32_t ranks_per_node, uint64_t epoch,
+                                   uint64_t position);
+};
+
+}  // namespace stoker::cache_internal

@@ -1,0 +1,612 @@
+// The node cache (include/stoker/cache.h): one fetch per shard across
+// processes, a killed fetcher, bad cache files, the limit under concurrency,
+// planned eviction against LRU, datasets kept apart, unusable folders, and
+// elastic resume through real loaders in separate processes.
+#include "stoker/cache.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "stoker/loader.h"
+#include "stoker/pack.h"
+#include "testutil.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RandomBytes;
+using testing::TempDir;
+
+// A dataset of `files` random files packed into small shards, so that a test
+// has dozens of shards and still runs in a moment.
+struct Dataset {
+  std::string uri;
+  format::Manifest manifest;
+  uint64_t bytes = 0;  // all shards
+
+  Dataset(const fs::path& where, uint32_t files, uint64_t seed, uint64_t shard_bytes = 64 << 10) {
+    const fs::path src = where / "src";
+    for (uint32_t i = 0; i < files; ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "c%u/f%05u.bin", i % 3, i);
+      testing::WriteFile(src / name, RandomBytes(2000 + (i * 7919) % 6000, seed * 100000 + i));
+    }
+    uri = (where / "ds").string();
+    PackOptions po;
+    po.shard_bytes = shard_bytes;
+    po.threads = 2;
+    auto m = Pack(src.string(), uri, po);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    manifest = *m;
+    for (const auto& s : manifest.shards) bytes += s.bytes;
+  }
+};
+
+// Counts the bytes read through it; optionally blocks reads of one key until
+// released (a fetcher stuck in the middle of its fetch).
+class CountingStore final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<size_t> Read(std::string_view k, uint64_t off, std::span<std::byte> dst) override {
+    if (!block_key.empty() && k == block_key) {
+      if (on_block) on_block();
+      while (block_key == k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    auto n = StoreWrapper::Read(k, off, dst);
+    if (n.ok()) bytes += *n;
+    return n;
+  }
+  std::atomic<uint64_t> bytes{0};
+  std::string block_key;
+  std::function<void()> on_block;
+};
+
+Result<std::shared_ptr<NodeCache>> Open(const Dataset& d, const std::string& dir,
+                                        CacheOptions o = {}) {
+  STOKER_ASSIGN_OR_RETURN(auto remote, OpenStore(d.uri));
+  o.dir = dir;
+  return OpenNodeCache(remote, d.manifest, o);
+}
+
+// Reads shard s whole through `store` and compares it with the dataset's.
+std::string ReadAndCheck(Store& store, const Dataset& d, uint32_t s) {
+  const auto& info = d.manifest.shards[s];
+  std::vector<std::byte> got(info.bytes);
+  auto n = store.Read(info.key, 0, got);
+  if (!n.ok()) return n.status().ToString();
+  if (*n != info.bytes) return info.key + ": short read";
+  std::vector<std::byte> want;
+  std::ifstream f(d.uri + "/" + info.key, std::ios::binary);
+  want.resize(info.bytes);
+  f.read(reinterpret_cast<char*>(want.data()), std::streamsize(want.size()));
+  if (got != want) return info.key + ": bytes differ from the store's";
+  return "";
+}
+
+// Runs `body` in `n` child processes at once (each gets its index), and
+// returns what each reported ("" = fine).
+std::vector<std::string> InChildren(int n, const std::function<std::string(int)>& body) {
+  std::vector<std::pair<pid_t, int>> kids;
+  for (int i = 0; i < n; ++i) {
+    int p[2];
+    EXPECT_EQ(pipe(p), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      const std::string r = body(i);
+      (void)!write(p[1], r.data(), r.size());
+      close(p[1]);
+      _exit(0);
+    }
+    close(p[1]);
+    kids.emplace_back(pid, p[0]);
+  }
+  std::vector<std::string> out;
+  for (auto [pid, fd] : kids) {
+    std::string r;
+    char buf[4096];
+    ssize_t k;
+    while ((k = read(fd, buf, sizeof buf)) > 0) r.append(buf, size_t(k));
+    close(fd);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status)) r = "child died (status " + std::to_string(status) + ")";
+    out.push_back(r);
+  }
+  return out;
+}
+
+// "remote=R misses=M hits=H waits=W" -> values.
+std::map<std::string, uint64_t> ParseCounts(const std::string& s) {
+  std::map<std::string, uint64_t> m;
+  std::istringstream in(s);
+  std::string kv;
+  while (in >> kv) {
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) m[kv.substr(0, eq)] = std::stoull(kv.substr(eq + 1));
+  }
+  return m;
+}
+
+std::string Counts(const CacheStats& c) {
+  return "remote=" + std::to_string(c.remote_bytes) + " misses=" + std::to_string(c.misses) +
+         " hits=" + std::to_string(c.hits) + " waits=" + std::to_string(c.fetch_waits) +
+         " refetches=" + std::to_string(c.refetches) +
+         " prefetches=" + std::to_string(c.prefetches) + " used=" + std::to_string(c.used_bytes);
+}
+
+uint64_t FolderBytes(const fs::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    if (name.ends_with(".stks") || name.starts_with(".tmp-")) {
+      std::error_code e2;
+      const auto size = fs::file_size(it->path(), e2);
+      if (!e2) total += size;
+    }
+  }
+  return total;
+}
+
+TEST(NodeCache, OneFetchPerShardAcrossProcesses) {
+  TempDir t;
+  Dataset d(t.path(), 300, 1);
+  ASSERT_GE(d.manifest.shards.size(), 10u);
+  const std::string dir = (t.path() / "cache").string();
+  const int kProcs = 6;
+  auto results = InChildren(kProcs, [&](int i) -> std::string {
+    auto c = Open(d, dir);
+    if (!c.ok()) return c.status().ToString();
+    // Every process reads every shard, starting at different places, so
+    // that some fetch and others wait on the same shard.
+    const uint32_t n = d.manifest.shards.size();
+    for (uint32_t k = 0; k < n; ++k) {
+      std::string r = ReadAndCheck(**c, d, (k + uint32_t(i) * 2) % n);
+      if (!r.empty()) return "ERR " + r;
+    }
+    return Counts((*c)->stats());
+  });
+  uint64_t remote = 0, misses = 0, hits = 0;
+  for (const auto& r : results) {
+    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
+    auto m = ParseCounts(r);
+    ASSERT_TRUE(m.count("remote")) << r;
+    remote += m["remote"];
+    misses += m["misses"];
+    hits += m["hits"];
+  }
+  EXPECT_EQ(remote, d.bytes) << "each shard fetched once from the store";
+  EXPECT_EQ(misses, d.manifest.shards.size());
+  EXPECT_EQ(hits, kProcs * d.manifest.shards.size() - misses);
+  EXPECT_EQ(FolderBytes(dir), d.bytes);
+
+  // A restart reuses the files: no remote reads at all.
+  auto c = Open(d, dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (uint32_t s = 0; s < d.manifest.shards.size(); ++s) ASSERT_EQ(ReadAndCheck(**c, d, s), "");
+  EXPECT_EQ((*c)->stats().remote_bytes, 0u);
+  EXPECT_EQ((*c)->stats().used_bytes, d.bytes);
+}
+
+TEST(NodeCache, WaiterFetchesAfterTheFetcherIsKilled) {
+  TempDir t;
+  Dataset d(t.path(), 100, 3);
+  const std::string dir = (t.path() / "cache").string();
+  const auto& victim = d.manifest.shards[1];
+  int ready[2], result[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(result), 0);
+  const pid_t fetcher = fork();
+  if (fetcher == 0) {
+    auto remote = OpenStore(d.uri);
+    auto counting = std::make_shared<CountingStore>(*remote);
+    counting->block_key = victim.key;
+    counting->on_block = [&] { (void)!write(ready[1], "x", 1); };
+    CacheOptions o;
+    o.dir = dir;
+    auto c = OpenNodeCache(counting, d.manifest, o);
+    if (c.ok()) (void)ReadAndCheck(**c, d, 1);
+    _exit(0);
+  }
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1) << "the fetcher never started its fetch";
+  const pid_t waiter = fork();
+  if (waiter == 0) {
+    auto c = Open(d, dir);
+    std::string r = c.ok() ? ReadAndCheck(**c, d, 1) : c.status().ToString();
+    if (r.empty()) r = Counts((*c)->stats());
+    (void)!write(result[1], r.data(), r.size());
+    _exit(0);
+  }
+  close(result[1]);
+  // The waiter blocks while the fetcher lives.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int status;
+  EXPECT_EQ(waitpid(waiter, &status, WNOHANG), 0) << "the waiter did not wait for the fetcher";
+  ASSERT_EQ(kill(fetcher, SIGKILL), 0);
+  waitpid(fetcher, &status, 0);
+  std::string r;
+  char buf[512];
+  ssize_t k;
+  while ((k = read(result[0], buf, sizeof buf)) > 0) r.append(buf, size_t(k));
+  waitpid(waiter, &status, 0);
+  auto m = ParseCounts(r);
+  ASSERT_TRUE(m.count("remote")) << r;
+  EXPECT_EQ(m["waits"], 1u) << r;
+  EXPECT_EQ(m["misses"], 1u) << r;
+  EXPECT_EQ(m["remote"], victim.bytes) << r;
+  // The killed fetcher's reservation is not counted twice.
+  EXPECT_EQ(m["used"], victim.bytes) << r;
+  EXPECT_EQ(FolderBytes(dir), victim.bytes);
+}
+
+TEST(NodeCache, BadCacheFileIsDroppedAndFetchedAgain) {
+  TempDir t;
+  Dataset d(t.path(), 100, 4);
+  const std::string dir = (t.path() / "cache").string();
+  auto c = Open(d, dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(ReadAndCheck(**c, d, 2), "");
+  const fs::path file = fs::path((*c)->dataset_dir()) / "00000002.stks";
+  ASSERT_TRUE(fs::exists(file));
+  // A byte of a record (past the 64-byte header) changed behind our back.
+  auto bytes = testing::ReadFile(file);
+  bytes[200] ^= std::byte{0x20};
+  testing::WriteFile(file, bytes);
+  ASSERT_EQ(ReadAndCheck(**c, d, 2), "");
+  EXPECT_EQ((*c)->stats().refetches, 1u);
+  // Cut short (a power cut after rename).
+  fs::resize_file(file, 4096);
+  ASSERT_EQ(ReadAndCheck(**c, d, 2), "");
+  EXPECT_EQ((*c)->stats().refetches, 2u);
+  // The header changed.
+  bytes = testing::ReadFile(file);
+  bytes[3] ^= std::byte{1};
+  testing::WriteFile(file, bytes);
+  ASSERT_EQ(ReadAndCheck(**c, d, 2), "");
+  EXPECT_EQ((*c)->stats().refetches, 3u);
+  EXPECT_EQ((*c)->stats().misses, 4u);
+  EXPECT_EQ((*c)->stats().used_bytes, d.manifest.shards[2].bytes);
+  EXPECT_EQ(testing::ReadFile(file).size(), d.manifest.shards[2].bytes);
+}
+
+TEST(NodeCache, LeftoversOfAKilledFetcherAreCleanedAtOpen) {
+  TempDir t;
+  Dataset d(t.path(), 60, 5);
+  const std::string dir = (t.path() / "cache").string();
+  {
+    auto c = Open(d, dir);
+    ASSERT_TRUE(c.ok());
+  }
+  const fs::path ds = fs::path(dir) / d.manifest.IdHex();
+  testing::WriteFile(ds / ".tmp-3-999999", RandomBytes(1000, 1));
+  auto c = Open(d, dir);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(fs::exists(ds / ".tmp-3-999999"));
+}
+
+void LimitUnderConcurrency(const std::string& policy) {
+  TempDir t;
+  Dataset d(t.path(), 400, 6);
+  const std::string dir = (t.path() / "cache").string();
+  const uint64_t capacity = d.bytes / 3;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> peak{0};
+  std::thread watch([&] {
+    while (!done) {
+      peak = std::max<uint64_t>(peak, FolderBytes(dir));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  auto results = InChildren(6, [&](int i) -> std::string {
+    CacheOptions o;
+    o.capacity_bytes = capacity;
+    o.policy = policy;
+    auto c = Open(d, dir, o);
+    if (!c.ok()) return c.status().ToString();
+    PlanOptions po;
+    po.world_size = 6;
+    po.rank = uint32_t(i);
+    std::vector<uint32_t> samples;
+    for (const auto& s : d.manifest.shards) samples.push_back(s.samples);
+    for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+      Status st = (*c)->BeginEpoch(po, epoch, 0);
+      if (!st.ok()) return st.ToString();
+      Rng rng(MixSeed({uint64_t(i), epoch}));
+      std::vector<uint32_t> order(d.manifest.shards.size());
+      for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+      Permute(std::span<uint32_t>(order), rng);
+      for (uint32_t s : order) {
+        std::string r = ReadAndCheck(**c, d, s);
+        if (!r.empty()) return "ERR " + r;
+      }
+    }
+    const auto st = (*c)->stats();
+    if (st.used_bytes > capacity) return "ERR used " + std::to_string(st.used_bytes);
+    return Counts(st);
+  });
+  done = true;
+  watch.join();
+  for (const auto& r : results) EXPECT_EQ(r.find("ERR"), std::string::npos) << r;
+  EXPECT_LE(peak.load(), capacity) << "the folder held more than its limit";
+  EXPECT_GT(peak.load(), capacity / 2);
+}
+
+TEST(NodeCache, LimitHoldsUnderConcurrencyLru) { LimitUnderConcurrency("lru"); }
+TEST(NodeCache, LimitHoldsUnderConcurrencyPlanned) { LimitUnderConcurrency("planned"); }
+
+// Remote bytes of epochs 1.. of one loader over a cache of half the dataset.
+std::vector<uint64_t> RemoteBytesPerEpoch(const Dataset& d, const std::string& dir,
+                                          const std::string& policy, int epochs) {
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.threads = 2;
+  o.shuffle_window_shards = 2;
+  o.cache_dir = dir;
+  o.cache_bytes = d.bytes / 2;
+  o.cache_policy = policy;
+  auto loader = Loader::Open(d.uri, o);
+  EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+  std::vector<uint64_t> per_epoch;
+  uint64_t before = 0;
+  for (int e = 0; e < epochs; ++e) {
+    if (e > 0) {
+      EXPECT_TRUE((*loader)->StartEpoch(uint64_t(e)).ok());
+    }
+    while (true) {
+      auto b = (*loader)->Next();
+      if (!b.ok()) {
+        EXPECT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+        break;
+      }
+    }
+    const uint64_t now = (*loader)->stats().remote_bytes;
+    per_epoch.push_back(now - before);
+    before = now;
+  }
+  return per_epoch;
+}
+
+TEST(NodeCache, PlannedEvictionBeatsLruOnHalfTheDataset) {
+  TempDir t;
+  Dataset d(t.path(), 600, 7, 32 << 10);
+  ASSERT_GE(d.manifest.shards.size(), 40u);
+  auto planned = RemoteBytesPerEpoch(d, (t.path() / "c1").string(), "planned", 4);
+  auto lru = RemoteBytesPerEpoch(d, (t.path() / "c2").string(), "lru", 4);
+  const double optimum = double(d.bytes) * 0.5;
+  uint64_t p = 0, l = 0;
+  for (int e = 1; e < 4; ++e) {
+    p += planned[e];
+    l += lru[e];
+    // Belady's optimum D * (1 - C/D), give or take a shard or two of slack
+    // (shards of the window being read stay cached).
+    EXPECT_LE(double(planned[e]), optimum * 1.10) << "epoch " << e;
+  }
+  std::printf("epochs 1-3, remote bytes: planned %llu, lru %llu, optimum %.0f (dataset %llu)\n",
+              (unsigned long long)p, (unsigned long long)l, 3 * optimum,
+              (unsigned long long)d.bytes);
+  EXPECT_LT(p, l) << "planned " << p << " lru " << l;
+  EXPECT_LE(planned[0], d.bytes * 102 / 100);
+}
+
+TEST(NodeCache, DatasetsAreKeptApart) {
+  TempDir t;
+  Dataset a(t.path() / "a", 80, 8), b(t.path() / "b", 80, 9);
+  ASSERT_NE(a.manifest.IdHex(), b.manifest.IdHex());
+  const std::string dir = (t.path() / "cache").string();
+  auto ca = Open(a, dir);
+  auto cb = Open(b, dir);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  EXPECT_NE((*ca)->dataset_dir(), (*cb)->dataset_dir());
+  for (uint32_t s = 0; s < a.manifest.shards.size(); ++s) ASSERT_EQ(ReadAndCheck(**ca, a, s), "");
+  for (uint32_t s = 0; s < b.manifest.shards.size(); ++s) ASSERT_EQ(ReadAndCheck(**cb, b, s), "");
+  // Same shard keys, different bytes: each served its own.
+  for (uint32_t s = 0; s < a.manifest.shards.size(); ++s) ASSERT_EQ(ReadAndCheck(**ca, a, s), "");
+  EXPECT_EQ((*ca)->stats().remote_bytes, a.bytes);
+  EXPECT_EQ((*cb)->stats().remote_bytes, b.bytes);
+  EXPECT_EQ((*cb)->stats().used_bytes, a.bytes + b.bytes);  // one limit for the folder
+}
+
+TEST(NodeCache, UnwritableFolderIsAClearErrorOrUncached) {
+  TempDir t;
+  Dataset d(t.path(), 40, 10);
+  const fs::path dir = t.path() / "ro";
+  fs::create_directories(dir);
+  testing::OpenPathForOthers(t.path());
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::others_read |
+                           fs::perms::others_exec | fs::perms::others_read);
+  std::string verdict = testing::RunUnprivileged([&]() -> std::string {
+    auto c = Open(d, dir.string());
+    if (c.ok()) return "opened an unwritable folder";
+    if (c.status().message().find(dir.string()) == std::string::npos) {
+      return "message does not name the folder: " + c.status().ToString();
+    }
+    CacheOptions o;
+    o.fallback_uncached = true;
+    auto u = Open(d, dir.string(), o);
+    if (!u.ok()) return "fallback failed: " + u.status().ToString();
+    if (!(*u)->stats().uncached) return "fallback not reported";
+    std::string r = ReadAndCheck(**u, d, 0);
+    return r;
+  });
+  EXPECT_EQ(verdict, "");
+}
+
+TEST(NodeCache, FullDiskIsAClearError) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  TempDir t;
+  Dataset d(t.path(), 150, 11);
+  const fs::path mnt = t.path() / "small";
+  fs::create_directories(mnt);
+  ASSERT_EQ(mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k"), 0) << std::strerror(errno);
+  struct Unmount {
+    fs::path at;
+    ~Unmount() { umount(at.c_str()); }
+  } unmount{mnt};
+  // Fill it.
+  {
+    std::ofstream f(mnt / "filler", std::ios::binary);
+    std::vector<char> block(4096, 'x');
+    for (int i = 0; i < 64 && f; ++i) f.write(block.data(), block.size());
+  }
+  auto c = Open(d, (mnt / "cache").string());
+  EXPECT_FALSE(c.ok());
+  if (!c.ok()) {
+    EXPECT_NE(c.status().message().find((mnt / "cache").string()), std::string::npos)
+        << c.status().ToString();
+  }
+  // An explicit limit larger than the disk: fetches that cannot be written
+  // are served from the store, said once, and nothing is delivered wrong.
+  fs::remove(mnt / "filler");
+  CacheOptions o;
+  o.capacity_bytes = 64ull << 20;
+  auto big = Open(d, (mnt / "cache2").string(), o);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  for (uint32_t s = 0; s < d.manifest.shards.size(); ++s) ASSERT_EQ(ReadAndCheck(**big, d, s), "");
+  EXPECT_LE((*big)->stats().used_bytes, 256u << 10);
+}
+
+// Elastic resume: W ranks (processes) on W / rpn1 nodes (a cache folder per
+// node) consume part of an epoch, then W' ranks on W' / rpn2 nodes resume
+// from the saved (global) position; every sample of the epoch is delivered
+// exactly once across the two runs.
+void ElasticResume(uint32_t w1, uint32_t rpn1, uint32_t w2, uint32_t rpn2, uint32_t batches_first) {
+  TempDir t;
+  Dataset d(t.path(), 500, 12);
+  const std::string dir = (t.path() / "cache").string();
+  auto run = [&](uint32_t world, uint32_t rpn, uint64_t position, int64_t batches) {
+    return InChildren(int(world), [&](int rank) -> std::string {
+      LoaderOptions o;
+      o.batch_size = 8;
+      o.threads = 1;
+      o.shuffle_window_shards = 3;
+      o.rank = uint32_t(rank);
+      o.world_size = world;
+      o.seed = 42;
+      o.start = {0, position};
+      o.ranks_per_node = rpn;
+      o.cache_dir = dir + "/node" + std::to_string(uint32_t(rank) / rpn);
+      auto l = Loader::Open(d.uri, o);
+      if (!l.ok()) return "ERR " + l.status().ToString();
+      std::string ids;
+      for (int64_t b = 0; batches < 0 || b < batches; ++b) {
+        auto batch = (*l)->Next();
+        if (!batch.ok()) {
+          if (batch.status().code() == Code::kOutOfRange) break;
+          return "ERR " + batch.status().ToString();
+        }
+        for (size_t i = 0; i < batch->size(); ++i) {
+          if (!batch->padding()[i]) ids += std::to_string(batch->sample_ids()[i]) + " ";
+        }
+        if (b + 1 == batches) ids += "pos=" + std::to_string(batch->state_after().position) + " ";
+      }
+      return ids;
+    });
+  };
+  std::map<uint64_t, int> seen;
+  uint64_t position = 0;
+  for (const auto& r : run(w1, rpn1, 0, batches_first)) {
+    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
+    std::istringstream in(r);
+    std::string tok;
+    while (in >> tok) {
+      if (tok.starts_with("pos=")) {
+        const uint64_t p = std::stoull(tok.substr(4));
+        if (position != 0) {
+          ASSERT_EQ(p, position) << "ranks disagree on the position";
+        }
+        position = p;
+      } else {
+        seen[std::stoull(tok)]++;
+      }
+    }
+  }
+  ASSERT_EQ(position, uint64_t(batches_first) * 8 * w1);
+  for (const auto& r : run(w2, rpn2, position, -1)) {
+    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
+    std::istringstream in(r);
+    std::string tok;
+    while (in >> tok) seen[std::stoull(tok)]++;
+  }
+  ASSERT_EQ(seen.size(), d.manifest.sample_count);
+  for (const auto& [id, n] : seen) ASSERT_EQ(n, 1) << "sample " << id;
+}
+
+// Node affinity through the loader: 2 nodes x 2 ranks, a cache per node;
+// together the nodes fetch the dataset once (each its own part), and every
+// sample is delivered once.
+TEST(NodeCache, NodeAffinityFetchesEachShardOnOneNode) {
+  TempDir t;
+  Dataset d(t.path(), 400, 13);
+  const std::string dir = (t.path() / "cache").string();
+  auto results = InChildren(4, [&](int rank) -> std::string {
+    LoaderOptions o;
+    o.batch_size = 8;
+    o.threads = 1;
+    o.rank = uint32_t(rank);
+    o.world_size = 4;
+    o.ranks_per_node = 2;
+    o.node_affinity = true;
+    o.cache_dir = dir + "/node" + std::to_string(rank / 2);
+    auto l = Loader::Open(d.uri, o);
+    if (!l.ok()) return "ERR " + l.status().ToString();
+    std::string ids;
+    while (true) {
+      auto b = (*l)->Next();
+      if (!b.ok()) {
+        if (b.status().code() == Code::kOutOfRange) break;
+        return "ERR " + b.status().ToString();
+      }
+      for (size_t i = 0; i < b->size(); ++i) {
+        if (!b->padding()[i]) ids += std::to_string(b->sample_ids()[i]) + " ";
+      }
+    }
+    return ids + "remote=" + std::to_string((*l)->stats().remote_bytes);
+  });
+  std::map<uint64_t, int> seen;
+  uint64_t remote = 0;
+  for (const auto& r : results) {
+    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
+    std::istringstream in(r);
+    std::string tok;
+    while (in >> tok) {
+      if (tok.starts_with("remote=")) {
+        remote += std::stoull(tok.substr(7));
+      } else {
+        seen[std::stoull(tok)]++;
+      }
+    }
+  }
+  ASSERT_EQ(seen.size(), d.manifest.sample_count);
+  for (const auto& [id, n] : seen) ASSERT_EQ(n, 1) << "sample " << id;
+  EXPECT_EQ(remote, d.bytes) << "each shard fetched by one node, once";
+  // And each node's folder holds only its part.
+  EXPECT_LT(FolderBytes(dir + "/node0"), d.bytes);
+  EXPECT_EQ(FolderBytes(dir + "/node0") + FolderBytes(dir + "/node1"), d.bytes);
+}
+
+// 2 nodes x 2 ranks, then 1 node x 3; 2 nodes x 1 rank, then 1 node x 5.
+TEST(NodeCache, ElasticResumeFourToThree) { ElasticResume(4, 2, 3, 3, 5); }
+TEST(NodeCache, ElasticResumeTwoToFive) { ElasticResume(2, 1, 5, 5, 7); }
+
+}  // namespace
+}  // namespace stoker
