@@ -49,7 +49,7 @@ def main():
     sizes = [o.min]
     while sizes[-1] * o.step <= o.max:
         sizes.append(sizes[-1] * o.step)
-    sweep = ["--min", str(o.min), "--max", str(sizes[-1]), "--step", str(o.step)]
+    sweep = ["--min-bytes", str(o.min), "--max-bytes", str(sizes[-1]), "--step", str(o.step)]
     size_list = ",".join(map(str, sizes))
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")

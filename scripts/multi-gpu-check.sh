@@ -64,7 +64,7 @@ run() {
   if want comm; then
     step "bench comm --backend nccl: every op, 8 B - 1 GiB, float32 and bfloat16, checked"
     timeout 580 "${tr[@]}" --no-python "$stoker" bench comm --backend nccl \
-      --dtypes float32,bfloat16 --max 1G --json >"$out/bench_comm.json" 2>"$out/bench_comm.err" ||
+      --dtypes float32,bfloat16 --max-bytes 1G --json >"$out/bench_comm.json" 2>"$out/bench_comm.err" ||
       { tail -20 "$out/bench_comm.err"; fail=1; }
     python3 - "$out/bench_comm.json" <<'PY' || fail=1
 import json, sys
@@ -104,7 +104,7 @@ PY
           # shellcheck disable=SC1091
           [[ $mode == tuned ]] && source "$out/nccl.env"
           "${tr[@]}" --no-python "$stoker" bench comm --backend nccl --ops allreduce \
-            --min 25M --max 25M --json | python3 -c "import json,sys; \
+            --min-bytes 25M --max-bytes 25M --json | python3 -c "import json,sys; \
 print('$mode', json.load(sys.stdin)['results'][0]['busbw_gbps'])"
         )
       done

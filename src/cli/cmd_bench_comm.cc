@@ -104,8 +104,8 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
   cmd->add_option("--dtypes", args->dtypes,
                   "float32, bfloat16, float16, int32 (comma list), or all")
       ->capture_default_str();
-  cmd->add_option("--min", args->min, "smallest size (nccl-tests' -b)")->capture_default_str();
-  cmd->add_option("--max", args->max, "largest size (nccl-tests' -e)")->capture_default_str();
+  cmd->add_option("--min-bytes,--min", args->min, "smallest size (nccl-tests' -b)")->capture_default_str();
+  cmd->add_option("--max-bytes,--max", args->max, "largest size (nccl-tests' -e)")->capture_default_str();
   cmd->add_option("--step", args->step, "size factor between steps (nccl-tests' -f)")
       ->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "untimed runs per size")->capture_default_str();

@@ -64,8 +64,8 @@ void RegisterTuneComm(CLI::App& app, Action* action) {
   cmd->add_option("--bucket-mib", args->bucket_mib,
                   "one size: the gradient bucket (DDP's is 25 MiB); the default without "
                   "--min/--max");
-  cmd->add_option("--min", args->min, "a sweep instead: smallest size in bytes");
-  cmd->add_option("--max", args->max, "largest size in bytes");
+  cmd->add_option("--min-bytes,--min", args->min, "a sweep instead: smallest size in bytes");
+  cmd->add_option("--max-bytes,--max", args->max, "largest size in bytes");
   cmd->add_option("--step", args->step, "size factor of the sweep")->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "runs of every setting")->capture_default_str();
   cmd->add_option("--iters", args->iters, "timed iterations per run")->capture_default_str();

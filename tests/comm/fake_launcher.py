@@ -17,7 +17,7 @@ if setting in os.environ.get("FAKE_FAIL", "").split(","):
     sys.exit(1)
 table = dict(kv.split("=") for kv in os.environ["FAKE_BUSBW"].split(","))
 busbw = float(table.get(setting, table["default"]))
-size = int(args[args.index("--min") + 1])
+size = int(args[args.index("--min-bytes") + 1])
 noise = float(os.environ.get("FAKE_NOISE", "0.01"))
 print(json.dumps({"world_size": 8, "backend": "nccl", "results": [
     {"op": "allreduce", "dtype": "float32", "bytes": size,

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One device call for everything a wave needs a GPU for, each step under a
+# time limit of its own so that a slow step cannot take the others' time:
+# GPU tests and compute-sanitizer, the Python GPU tests, NCCL collectives on
+# the one GPU (scripts/gpu/comm.sh), doctor (read-only), the exporter's NVML
+# series (scripts/gpu/metrics.sh) and the demo (scripts/gpu/demo.sh). All of
+# them run the stoker of .gpu-carry (scripts/gpu-check.sh prepare here).
+#
+#   run(command="bash scripts/gpu/wave.sh", carry=[".gpu-carry"])
+#
+# STOKER_WAVE_STEPS (default "check,comm,doctor,metrics,demo") picks steps.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+steps=${STOKER_WAVE_STEPS:-check,comm,doctor,metrics,demo}
+want() { [[ ",$steps," == *",$1,"* ]]; }
+# The other scripts look for their own carry folder: the same binaries.
+for d in build-gpu-comm/carry .demo-carry; do
+  mkdir -p "$(dirname "$d")" && rm -rf "$d" && cp -r .gpu-carry "$d"
+done
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+t0=$(date +%s)
+stage() { echo; echo "######## $1 (at $(($(date +%s) - t0)) s) ########"; }
+if want check; then
+  stage "GPU tests, compute-sanitizer, Python GPU tests"
+  STOKER_GPU_STEPS=tests,sanitizer,python OUT=$out/check timeout 200 bash scripts/gpu-check.sh run 2>&1 |
+    grep -E '^(====|\[ +(OK|FAILED|SKIPPED) |compute-sanitizer|[0-9]+ passed|FAILED|gpu-check:|python)' | tail -40
+fi
+if want comm; then
+  stage "NCCL collectives on one GPU"
+  STOKER_COMM_STEPS=bench,sanitizer,torch STOKER_COMM_MAX=256M STOKER_COMM_TORCH_MAX=268435456 \
+    STOKER_COMM_REPEATS=3 OUT=$out/comm timeout 200 bash scripts/gpu/comm.sh run 2>&1 | tail -45
+fi
+if want doctor; then
+  stage "doctor (read-only)"
+  OUT=$out/doctor timeout 90 bash scripts/gpu/doctor.sh run 2>&1 | tail -45
+fi
+if want metrics; then
+  stage "exporter: NVML series"
+  OUT=$out/metrics timeout 60 bash scripts/gpu/metrics.sh 2>&1 | tail -25
+fi
+if want demo; then
+  stage "demo"
+  OUT=$out/demo timeout 150 bash scripts/gpu/demo.sh run 2>&1 | tail -30
+fi
+stage done
