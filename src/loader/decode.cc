@@ -183,8 +183,9 @@ size_t DecodedSampleBytes(const DecodeOptions& o) {
 
 Status ValidateDecodeOptions(const DecodeOptions& o) {
   if (o.field.empty()) return Status::Ok();
-  if (o.height == 0 || o.width == 0 || o.height > 8192 || o.width > 8192) {
-    return InvalidArgument("decode size must be between 1x1 and 8192x8192");
+  if (o.height == 0 || o.width == 0 || o.height > kMaxDecodeSide || o.width > kMaxDecodeSide) {
+    const std::string side = std::to_string(kMaxDecodeSide);
+    return InvalidArgument("decode size must be between 1x1 and " + side + "x" + side);
   }
   return Status::Ok();
 }

@@ -142,6 +142,17 @@ class MemoryStore final : public Store {
     return Status::Ok();
   }
 
+  Status Create(std::string_view key, std::span<const std::byte> data) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    auto object = std::make_shared<const Bytes>(data.begin(), data.end());
+    std::lock_guard lock(state_->mu);
+    auto [it, inserted] = state_->objects.try_emplace(std::string(key), std::move(object));
+    if (!inserted) return AlreadyExists(state_->uri + ": " + Quote(key) + ": exists");
+    return Status::Ok();
+  }
+
+  StoreCapabilities capabilities() const override { return {.prefix_listing = true}; }
+
   Result<ObjectInfo> Stat(std::string_view key) override {
     STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const Bytes> object, state_->Get(key));
     return ObjectInfo{std::string(key), object->size()};

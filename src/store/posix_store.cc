@@ -530,6 +530,15 @@ class PosixStore final : public Store {
     return Write(key, data, &see, /*defer=*/true);
   }
 
+  // The object is written to a synced temporary file as by Put, then
+  // link(2)ed to its name, which fails (EEXIST) if the name exists: the
+  // file system lets exactly one link win, also over NFS.
+  Status Create(std::string_view key, std::span<const std::byte> data) override {
+    return Write(key, data, nullptr, /*defer=*/false, /*exclusive=*/true);
+  }
+
+  StoreCapabilities capabilities() const override { return {.prefix_listing = true}; }
+
   Status SyncDeferred() override {
     int fd;
     {
@@ -642,7 +651,7 @@ class PosixStore final : public Store {
   // file and directory fsyncs are left to SyncDeferred() where it covers the
   // file (the root's local file system, not a mount below it).
   Status Write(std::string_view key, std::span<const std::byte> data, const PutObserver* see,
-               bool defer) {
+               bool defer, bool exclusive = false) {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
     const std::string path = JoinPath(root_, key);
     const std::string dir = ParentOf(path);
@@ -701,7 +710,15 @@ class PosixStore final : public Store {
     if (st.ok() && !deferred && ::fsync(fd) != 0) st = SysError("fsync", tmp);
     // close reports deferred write errors on some filesystems (NFS).
     if (::close(fd) != 0 && st.ok() && errno != EINTR) st = SysError("close", tmp);
-    if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (st.ok() && exclusive) {
+      if (::link(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        st = err == EEXIST ? AlreadyExists(path + ": exists")
+                           : ErrnoToStatus(err, "link " + tmp + " to " + path);
+      }
+      ::unlink(tmp.c_str());
+      if (!st.ok()) return st.WithContext("create " + Quote(key));
+    } else if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
       const int err = errno;
       st = ErrnoToStatus(err, "rename " + tmp + " to " + path);
     }

@@ -339,11 +339,10 @@ class UringReadQueue final : public ReadQueue {
       // A buffered read of cached pages would otherwise be served inline,
       // in this one submitting thread (the loader's reader): the kernel's
       // copies of every hot shard on one core. IOSQE_ASYNC hands each read to
-      // io_uring's worker threads, so hot copies run on every core (this VM,
-      // 2 vCPUs, 1 GB of hot 4 MiB shards, 3 epochs: 2,296 -> 3,000 MB/s
-      // median of 3; cold unchanged or better, 977 -> 1,086; an H200 VM, 16
-      // vCPUs, into HBM: 4.3 -> 15.8 GB/s). Direct reads never hit the page
-      // cache and stay inline-submitted.
+      // io_uring's worker threads, so hot copies run on every core (faster
+      // hot, cold unchanged: docs/benchmarks.md, "io_uring with
+      // IOSQE_ASYNC"). Direct reads never hit the page cache and stay
+      // inline-submitted.
       if (!direct_) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     } else {
       if (op.bounce == nullptr) {

@@ -154,6 +154,11 @@ Status Store::RemoveFolder(std::string_view folder) {
   return Status::Ok();
 }
 
+Status Store::Create(std::string_view key, std::span<const std::byte>) {
+  return Unsupported("create of " + Quote(key) + " at " + uri() +
+                     ": this store has no exclusive create (Store::Create)");
+}
+
 Status Store::PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
                                   const PutObserver& see) {
   return PutObserved(key, data, see);
