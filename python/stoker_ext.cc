@@ -941,7 +941,13 @@ PYBIND11_MODULE(_stoker, m) {
   // ---- checkpoints (stoker/checkpoint.py) ----
   // The options struct itself, field by field: its defaults are C++'s.
   py::class_<st::SaveOptions>(m, "_SaveOptions")
-      .def(py::init<>())
+      .def(py::init([](const py::kwargs& fields) {
+        // _SaveOptions(rank=..., ...): each keyword sets the field of its name.
+        st::SaveOptions o;
+        py::object self = py::cast(&o, py::return_value_policy::reference);
+        for (const auto& [key, value] : fields) py::setattr(self, key, value);
+        return o;
+      }))
       .def_readwrite("rank", &st::SaveOptions::rank)
       .def_readwrite("world_size", &st::SaveOptions::world_size)
       .def_readwrite("chunk_bytes", &st::SaveOptions::chunk_bytes)

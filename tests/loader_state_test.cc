@@ -54,7 +54,7 @@ TEST(LoaderStateTest, TheSameIdentityResumesAnotherIsRefused) {
   unshuffled.shuffle = false;
   refused(m, unshuffled, "shuffle");
 
-  LoaderState bare{.epoch = 1, .position = 100};
+  LoaderState bare(1, 100);
   EXPECT_TRUE(CheckResumeState(bare, SomeManifest(9), seed).ok()) << "version 0: no identity";
   bare.position = 101;
   EXPECT_EQ(CheckResumeState(bare, m, o).code(), Code::kInvalidArgument);

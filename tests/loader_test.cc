@@ -17,7 +17,7 @@
 #include "core/stream_copy.h"
 #include "loader/batch_builder.h"
 #include "loader/resize.h"
-#include "stoker/bench.h"
+#include "bench/bench.h"
 #include "stoker/pack.h"
 #include "testutil.h"
 

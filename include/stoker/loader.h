@@ -52,6 +52,8 @@ namespace stoker {
 // (a caller that built one by hand): only its bounds are checked.
 inline constexpr uint32_t kLoaderStateVersion = 1;
 struct LoaderState {
+  // A bare position (version 0); IdentifiedState sets the identity.
+  LoaderState(uint64_t e = 0, uint64_t p = 0) : epoch(e), position(p) {}  // NOLINT: {e, p}
   uint64_t epoch = 0;
   // Global samples consumed by all ranks together (see plan.h): the same on
   // every rank, so a job may resume on another world size or batch size.

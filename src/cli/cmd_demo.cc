@@ -13,7 +13,7 @@
 
 #include "cli/cli.h"
 #include "cli/loader_flags.h"
-#include "stoker/bench.h"
+#include "bench/bench.h"
 #include "stoker/pack.h"
 
 namespace stoker::cli {
