@@ -127,6 +127,11 @@ struct ObjectInfo {
 // Capabilities a caller may choose its way by. Each is a property of the
 // backend, forwarded by StoreWrapper.
 struct StoreCapabilities {
+  // A small ranged read costs a system call on this machine, not a network
+  // round trip: a local disk file system or tmpfs (POSIX), memory. The
+  // loader reads large samples one by one, straight into the batch, only
+  // from such stores (LoaderOptions::read_unit). Default: false.
+  bool local_reads = false;
   // List(prefix) costs what lies under the prefix (a POSIX folder, a memory
   // map's range), so a caller may list one checkpoint's folder; on RADOS a
   // listing walks the whole pool. Default: false.
@@ -153,11 +158,8 @@ class Store {
   // exist. The default reads through Read(), piece by piece. A reader must
   // not outlive its store.
   virtual Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key);
-  // True when a small ranged read costs a system call on this machine, not a
-  // network round trip: a local disk file system or tmpfs (POSIX), memory.
-  // The loader reads large samples one by one, straight into the batch, only
-  // from such stores (LoaderOptions::read_unit). Default: false.
-  virtual bool local_reads() const { return false; }
+  // StoreCapabilities::local_reads, for the loader's choice of read unit.
+  bool local_reads() const { return capabilities().local_reads; }
 
   // Writes a whole object atomically: a reader sees the old object or the new
   // one, never a mix or a prefix, also when the writer is killed part way.
@@ -228,7 +230,7 @@ class Store {
 
 // Forwards every call to another store, so that a decorator (fault injection,
 // metering, caching, retry) overrides only what it changes and keeps the
-// rest of what the store can do: per-sample reads (OpenReader, local_reads),
+// rest of what the store can do: per-sample reads (OpenReader),
 // deferred durability (PutObservedDeferred, SyncDeferred), exclusive
 // creates, folder removal and capabilities. A decorator that must see every
 // write overrides Put, PutObserved, PutObservedDeferred and Create; every
@@ -249,7 +251,6 @@ class StoreWrapper : public Store {
   Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view k) override {
     return target_->OpenReader(k);
   }
-  bool local_reads() const override { return target_->local_reads(); }
   Status Put(std::string_view k, std::span<const std::byte> d) override {
     return target_->Put(k, d);
   }

@@ -52,11 +52,7 @@ class MemoryReadQueue final : public ReadQueue {
     if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
     // Everything submitted is complete already, so min_completions (capped at
     // Outstanding) is always met and the deadline never matters.
-    const size_t n = ready_.size();
-    out->insert(out->end(), std::make_move_iterator(ready_.begin()),
-                std::make_move_iterator(ready_.end()));
-    ready_.clear();
-    return n;
+    return store_internal::MoveCompletions(ready_, out);
   }
 
   size_t Outstanding() const override { return ready_.size(); }
@@ -119,8 +115,6 @@ class MemoryStore final : public Store {
     return std::unique_ptr<ObjectReader>(std::make_unique<MemoryObjectReader>(std::move(object)));
   }
 
-  bool local_reads() const override { return true; }
-
   // Whole-object reads take one snapshot, so unlike the default (Stat, then
   // Read) they never see a concurrent Put change the size.
   Result<std::vector<std::byte>> ReadAll(std::string_view key) override {
@@ -151,7 +145,9 @@ class MemoryStore final : public Store {
     return Status::Ok();
   }
 
-  StoreCapabilities capabilities() const override { return {.prefix_listing = true}; }
+  StoreCapabilities capabilities() const override {
+    return {.local_reads = true, .prefix_listing = true};
+  }
 
   Result<ObjectInfo> Stat(std::string_view key) override {
     STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const Bytes> object, state_->Get(key));

@@ -25,7 +25,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/aligned_memory.h"
 #include "store/posix_internal.h"
+#include "store/store_internal.h"
 
 namespace stoker::posix {
 
@@ -114,7 +116,6 @@ class UringReadQueue final : public ReadQueue {
       if (rc < 0) break;  // a broken ring; exiting it cancels what is left
       Reap();
     }
-    for (Op& op : ops_) std::free(op.bounce);
     ops_.clear();
     files_.clear();
     io_uring_queue_exit(&ring_);
@@ -162,16 +163,8 @@ class UringReadQueue final : public ReadQueue {
         return broken_;
       }
     }
-    const size_t n = ready_.size();
-    out->insert(out->end(), std::make_move_iterator(ready_.begin()),
-                std::make_move_iterator(ready_.end()));
-    ready_.clear();
-    outstanding_ -= n;
-    if (n < min) {
-      return TimedOut("read queue: " + std::to_string(n) + " of " + std::to_string(min) +
-                      " completions arrived by the deadline");
-    }
-    return n;
+    const size_t n = store_internal::MoveCompletions(ready_, out);
+    return store_internal::EndWait(n, min, &outstanding_, "read queue");
   }
 
   size_t Outstanding() const override { return outstanding_; }
@@ -213,7 +206,7 @@ class UringReadQueue final : public ReadQueue {
     bool in_tail = false;
     bool in_kernel = false;       // an SQE of this op is in the ring
     uint64_t sqe_data = 0;        // that SQE's user_data, for cancellation
-    std::byte* bounce = nullptr;  // aligned_alloc'ed on first need, kept
+    internal::AlignedPtr bounce;  // allocated on first need, kept
   };
 
   UringReadQueue(std::string root, const ReadQueueOptions& options)
@@ -346,15 +339,15 @@ class UringReadQueue final : public ReadQueue {
       if (!direct_) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     } else {
       if (op.bounce == nullptr) {
-        op.bounce =
-            static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, kDirectIoAlignment));
+        op.bounce = internal::AllocateAligned(kDirectIoAlignment, kDirectIoAlignment);
         if (op.bounce == nullptr) {
           io_uring_prep_nop(sqe);  // the SQE is taken; give it something harmless
           io_uring_sqe_set_data64(sqe, kCancelData);
           return Finish(slot, IoError("out of memory for a direct_io bounce buffer"));
         }
       }
-      io_uring_prep_read(sqe, op.file->fd, op.bounce, kDirectIoAlignment, op.offset + op.done);
+      io_uring_prep_read(sqe, op.file->fd, op.bounce.get(), kDirectIoAlignment,
+                         op.offset + op.done);
     }
     Queued(slot, sqe, slot);
   }
@@ -406,7 +399,7 @@ class UringReadQueue final : public ReadQueue {
     const auto n = static_cast<size_t>(res);
     if (op.in_tail) {
       const size_t take = std::min(n, op.dst.size() - op.done);
-      std::memcpy(op.dst.data() + op.done, op.bounce, take);
+      std::memcpy(op.dst.data() + op.done, op.bounce.get(), take);
       op.done += take;
       return Finish(slot, Status::Ok());
     }

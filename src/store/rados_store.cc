@@ -511,10 +511,7 @@ class QueueCore final : public std::enable_shared_from_this<QueueCore> {
       } else {
         cv_.wait_until(lock, deadline, enough);
       }
-      n = ready_.size();
-      out->insert(out->end(), std::make_move_iterator(ready_.begin()),
-                  std::make_move_iterator(ready_.end()));
-      ready_.clear();
+      n = store_internal::MoveCompletions(ready_, out);
       finished.swap(finished_);
     }
     for (rados_completion_t c : finished) rados_aio_release(c);
@@ -655,12 +652,8 @@ class RadosReadQueue final : public ReadQueue {
     if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
     const size_t min = std::min(min_completions, outstanding_);
     const size_t n = core_->Take(min, deadline, out);
-    outstanding_ -= n;
-    if (n < min) {
-      return TimedOut("read queue on rados://" + cluster_->pool + ": " + std::to_string(n) +
-                      " of " + std::to_string(min) + " completions arrived by the deadline");
-    }
-    return n;
+    return store_internal::EndWait(n, min, &outstanding_,
+                                   "read queue on rados://" + cluster_->pool);
   }
 
   size_t Outstanding() const override { return outstanding_; }
