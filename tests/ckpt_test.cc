@@ -571,6 +571,25 @@ TEST_P(CkptStoreTest, ARootWrittenBeforeTheIndexIsIndexedOnceAndKeepsItsOrder) {
   EXPECT_TRUE((*list)[1].latest);
 }
 
+TEST_P(CkptStoreTest, ALostOrCutShortIndexHeadIsRebuilt) {
+  auto content = MakeCkptContent(4);
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_OK(ckpt_->Save("h-" + std::to_string(i), content.refs, Small()));
+  }
+  // The head is a hint whose durability waits for a sync: a machine crash
+  // may leave it short, or stale.
+  ASSERT_OK(store_->Put("_catalog/head", Bytes("1")));
+  ASSERT_OK(ckpt_->Save("h-4", content.refs, Small()));
+  EXPECT_EQ(ckpt_->ReadManifest("h-4")->sequence, 4u);
+  ASSERT_OK(store_->Put("_catalog/head", Bytes("2\n")));  // stale: a few refused claims
+  ASSERT_OK(ckpt_->Save("h-5", content.refs, Small()));
+  EXPECT_EQ(ckpt_->ReadManifest("h-5")->sequence, 5u);
+  ASSERT_OK(store_->Put("_catalog/auto", Bytes("x")));
+  auto name = ckpt_->ClaimName();
+  ASSERT_TRUE(name.ok()) << name.status().ToString();
+  EXPECT_EQ(*name, "ckpt-000001");
+}
+
 TEST_P(CkptStoreTest, ClaimedNamesAreNewAndSkipCommittedOnes) {
   auto content = MakeCkptContent(3);
   ASSERT_OK(ckpt_->Save("ckpt-000001", content.refs, Small()));  // named by hand

@@ -203,6 +203,12 @@ class Store {
   // in the write operation). For claims: a checkpoint's sequence number, an
   // automatic name. Default: Unsupported.
   virtual Status Create(std::string_view key, std::span<const std::byte> data);
+  // Create whose durability may wait for the next SyncDeferred(), as
+  // PutObservedDeferred's does: exclusive and atomic on return. The default
+  // is Create, durable on return.
+  virtual Status CreateDeferred(std::string_view key, std::span<const std::byte> data) {
+    return Create(key, data);
+  }
 
   // What this store can do cheaply; see StoreCapabilities.
   virtual StoreCapabilities capabilities() const { return {}; }
@@ -265,6 +271,9 @@ class StoreWrapper : public Store {
   Status SyncDeferred() override { return target_->SyncDeferred(); }
   Status Create(std::string_view k, std::span<const std::byte> d) override {
     return target_->Create(k, d);
+  }
+  Status CreateDeferred(std::string_view k, std::span<const std::byte> d) override {
+    return target_->CreateDeferred(k, d);
   }
   StoreCapabilities capabilities() const override { return target_->capabilities(); }
   Result<ObjectInfo> Stat(std::string_view k) override { return target_->Stat(k); }

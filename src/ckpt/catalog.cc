@@ -104,6 +104,15 @@ Status Catalog::PutNumber(std::string_view key, uint64_t n) {
   return WithRetries(retry_, [&] { return store_->Put(key, Bytes(s)); });
 }
 
+// A hint (the head, the last automatic name): atomic like every object, but
+// its durability is left to the store's next sync (a lost hint only costs
+// probes), so a commit pays for one durable write more than before the
+// index, not two.
+void Catalog::PutHint(std::string_view key, uint64_t n) {
+  const std::string s = std::to_string(n) + "\n";
+  (void)store_->PutObservedDeferred(key, Bytes(s), [](std::span<const std::byte>) {});
+}
+
 Result<std::string> Catalog::ReadEntry(uint64_t sequence) {
   const std::string key = SequenceKey(sequence);
   STOKER_ASSIGN_OR_RETURN(std::vector<std::byte> raw, store_->ReadAll(key));
@@ -115,9 +124,13 @@ Result<std::string> Catalog::ReadEntry(uint64_t sequence) {
   return s;
 }
 
+// A head lost or cut short by a machine crash (it is a hint, PutHint) is
+// rebuilt like a missing one.
 Result<uint64_t> Catalog::Head() {
   auto head = ReadNumber(kHeadKey);
-  if (head.ok() || head.status().code() != Code::kNotFound) return head;
+  if (head.ok()) return head;
+  const Code code = head.status().code();
+  if (code != Code::kNotFound && code != Code::kCorruption) return head.status();
   return BuildIndex();
 }
 
@@ -140,11 +153,19 @@ Result<uint64_t> Catalog::BuildIndex() {
   return hi;
 }
 
-Result<uint64_t> Catalog::ClaimSequence(const std::string& name) {
+// Only a claim whose checkpoint has no manifest: a save that failed after
+// its commit (moving `latest`, retention) keeps its entry.
+void Catalog::Release(const std::string& name, uint64_t sequence) {
+  auto has = HasManifest(name);
+  if (has.ok() && !*has) (void)store_->Remove(SequenceKey(sequence));
+}
+
+Result<uint64_t> Catalog::Claim(const std::string& name) {
   STOKER_ASSIGN_OR_RETURN(uint64_t head, Head());
   const std::string entry = name + "\n";
   for (uint64_t s = head + 1; s <= head + kMaxProbes; ++s) {
-    Status c = WithRetries(retry_, [&] { return store_->Create(SequenceKey(s), Bytes(entry)); });
+    Status c =
+        WithRetries(retry_, [&] { return store_->CreateDeferred(SequenceKey(s), Bytes(entry)); });
     if (c.code() == Code::kAlreadyExists) {
       // Ours after all when a retried create had reached the store.
       auto e = ReadEntry(s);
@@ -152,8 +173,7 @@ Result<uint64_t> Catalog::ClaimSequence(const std::string& name) {
       c = Status::Ok();
     }
     if (!c.ok()) return c.WithContext("commit of " + Where(name) + ": claiming sequence number");
-    // The head is a hint (a stale one costs probes): its failure is no error.
-    (void)PutNumber(kHeadKey, s);
+    PutHint(kHeadKey, s);
     return s;
   }
   return Internal("commit of " + Where(name) + ": no free sequence number after " +
@@ -167,7 +187,8 @@ Status Catalog::PutLatest(const std::string& name) {
   return WithRetries(retry_, [&] { return store_->Put(kLatestKey, Bytes(pointer)); });
 }
 
-Status Catalog::Commit(const std::string& name, std::vector<RankPart> parts, const SaveOptions& o) {
+Status Catalog::Commit(const std::string& name, uint64_t sequence, std::vector<RankPart> parts,
+                       const SaveOptions& o) {
   CheckpointManifest m;
   m.format_version = kCheckpointFormatVersion;
   m.name = name;
@@ -179,13 +200,10 @@ Status Catalog::Commit(const std::string& name, std::vector<RankPart> parts, con
   m.attempt = o.attempt;
   m.metadata_json = o.metadata_json;
   m.ranks = std::move(parts);
-  STOKER_ASSIGN_OR_RETURN(m.sequence, ClaimSequence(name));
+  m.sequence = sequence;
   const std::string encoded = EncodeCheckpointManifest(m);
   Status s = WithRetries(retry_, [&] { return store_->Put(ManifestKey(name), Bytes(encoded)); });
-  if (!s.ok()) {
-    (void)store_->Remove(SequenceKey(m.sequence));  // the claim of a commit that did not happen
-    return s.WithContext("commit of " + Where(name));
-  }
+  if (!s.ok()) return s.WithContext("commit of " + Where(name));
   s = PutLatest(name);
   if (!s.ok()) {
     return s.WithContext(Where(name) + " is committed, but moving 'latest' to it failed");
@@ -301,7 +319,8 @@ Status Catalog::RepointLatest(uint64_t below) {
 
 Result<std::string> Catalog::ClaimName(std::string_view prefix) {
   auto hint = ReadNumber(kAutoKey);
-  if (!hint.ok() && hint.status().code() != Code::kNotFound) return hint.status();
+  const Code code = hint.status().code();
+  if (!hint.ok() && code != Code::kNotFound && code != Code::kCorruption) return hint.status();
   const uint64_t start = hint.ok() ? *hint + 1 : 1;
   const std::string empty;
   for (uint64_t n = start; n < start + kMaxProbes; ++n) {
@@ -314,7 +333,7 @@ Result<std::string> Catalog::ClaimName(std::string_view prefix) {
     Status c = store_->Create(name + "/claim", Bytes(empty));
     if (c.code() == Code::kAlreadyExists) continue;
     STOKER_RETURN_IF_ERROR(c.WithContext("claiming checkpoint name " + name + " at " + uri()));
-    (void)PutNumber(kAutoKey, n);  // a hint: a stale one costs probes
+    PutHint(kAutoKey, n);
     return name;
   }
   return Internal("no free checkpoint name " + std::string(prefix) + "N at " + uri());

@@ -42,9 +42,18 @@ class Catalog {
   // Reads and checks NAME's manifest.
   Result<CheckpointManifest> ReadManifest(const std::string& name);
 
-  // §1.1 steps 3-5: claims the next sequence, writes the manifest of `parts`
-  // (the commit), moves `latest`, applies retention (o.keep_last).
-  Status Commit(const std::string& name, std::vector<RankPart> parts, const SaveOptions& o);
+  // §1.1 step 3's sequence number for `name`, claimed in the index (§7.1)
+  // with Store::CreateDeferred: its durability rides on the store's next
+  // SyncDeferred(), which the save makes for its chunks before any record
+  // names them, so a commit pays for no durable write more than the
+  // manifest and `latest`. Release() gives back a claim whose save failed.
+  Result<uint64_t> Claim(const std::string& name);
+  void Release(const std::string& name, uint64_t sequence);
+
+  // §1.1 steps 3-5 with the claimed `sequence`: writes the manifest of
+  // `parts` (the commit), moves `latest`, applies retention (o.keep_last).
+  Status Commit(const std::string& name, uint64_t sequence, std::vector<RankPart> parts,
+                const SaveOptions& o);
 
   // Every checkpoint under the root, by sequence (incomplete ones last, by
   // name): a listing of the whole root and a manifest read per commit.
@@ -63,11 +72,11 @@ class Catalog {
     uint64_t sequence = 0;
     std::string name;
   };
-  Result<uint64_t> ClaimSequence(const std::string& name);
   Result<uint64_t> Head();
   Result<uint64_t> BuildIndex();
   Result<uint64_t> ReadNumber(std::string_view key);
   Status PutNumber(std::string_view key, uint64_t n);
+  void PutHint(std::string_view key, uint64_t n);
   Result<std::string> ReadEntry(uint64_t sequence);
   Result<bool> HasManifest(const std::string& name);
   Status Retain(uint64_t sequence, uint32_t keep_last, const std::string& name);

@@ -266,15 +266,32 @@ class CheckpointerImpl final : public Checkpointer {
   Status WriteAndCommit(const std::string& name, std::span<const TensorRef> tensors,
                         const SaveOptions& o, ckpt::Coordinator& coordinator) {
     auto fail = [&](Status st) { return coordinator.Finish(name, std::move(st), {}, "", o, {}); };
+    // Rank 0 claims the commit's sequence first, so that the claim is made
+    // durable by the chunks' sync (Catalog::Claim).
+    uint64_t sequence = 0;
+    if (o.rank == 0) {
+      auto claimed = catalog_.Claim(name);
+      if (!claimed.ok()) return fail(claimed.status());
+      sequence = *claimed;
+    }
+    Status s = WriteAndFinish(name, tensors, o, coordinator, sequence);
+    if (!s.ok() && o.rank == 0) catalog_.Release(name, sequence);
+    return s;
+  }
+
+  Status WriteAndFinish(const std::string& name, std::span<const TensorRef> tensors,
+                        const SaveOptions& o, ckpt::Coordinator& coordinator, uint64_t sequence) {
+    auto fail = [&](Status st) { return coordinator.Finish(name, std::move(st), {}, "", o, {}); };
     auto part = writer_.Write(name, o.rank, tensors, o.chunk_bytes);
     if (!part.ok()) return fail(part.status().WithContext("save of " + Where(name)));
     PartRecord rec{name, o.world_size, o.attempt, std::move(*part)};
     const std::string encoded = ckpt::EncodePart(rec);
     Status s = writer_.PutSmall(PartKey(name, o.rank), std::as_bytes(std::span(encoded)));
     if (!s.ok()) return fail(s.WithContext("save of " + Where(name) + ": part record"));
-    return coordinator.Finish(
-        name, Status::Ok(), std::move(rec), encoded, o,
-        [&](std::vector<RankPart> parts) { return catalog_.Commit(name, std::move(parts), o); });
+    return coordinator.Finish(name, Status::Ok(), std::move(rec), encoded, o,
+                              [&](std::vector<RankPart> parts) {
+                                return catalog_.Commit(name, sequence, std::move(parts), o);
+                              });
   }
 
   std::shared_ptr<Store> store_;

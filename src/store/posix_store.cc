@@ -522,6 +522,9 @@ class PosixStore final : public Store {
   Status Create(std::string_view key, std::span<const std::byte> data) override {
     return Write(key, data, nullptr, /*defer=*/false, /*exclusive=*/true);
   }
+  Status CreateDeferred(std::string_view key, std::span<const std::byte> data) override {
+    return Write(key, data, nullptr, /*defer=*/true, /*exclusive=*/true);
+  }
 
   StoreCapabilities capabilities() const override {
     return {.local_reads = IsLocalFileSystem(root_), .prefix_listing = true};
