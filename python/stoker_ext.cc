@@ -736,21 +736,6 @@ std::vector<TensorRef> MakeTensorRefs(const std::vector<TensorArg>& tensors) {
   return refs;
 }
 
-SaveOptions MakeSaveOptions(uint32_t rank, uint32_t world_size, uint64_t chunk_bytes,
-                            std::string metadata_json, uint32_t keep_last, std::string attempt,
-                            double commit_timeout_s, bool wait_for_commit) {
-  SaveOptions o;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.chunk_bytes = chunk_bytes;
-  o.metadata_json = std::move(metadata_json);
-  o.keep_last = keep_last;
-  o.attempt = std::move(attempt);
-  o.commit_timeout = std::chrono::milliseconds(static_cast<int64_t>(commit_timeout_s * 1000));
-  o.wait_for_commit = wait_for_commit;
-  return o;
-}
-
 py::dict CheckpointManifestDict(const CheckpointManifest& m) {
   py::list ranks;
   for (const RankPart& part : m.ranks) {
@@ -920,6 +905,9 @@ class CheckpointerHandle {
 
   std::string Latest() {
     return Unwrap(Run([](Checkpointer& c) { return c.Latest(); }));
+  }
+  std::string ClaimName() {
+    return Unwrap(Run([](Checkpointer& c) { return c.ClaimName(); }));
   }
 
   void Remove(const std::string& name) {
@@ -1144,10 +1132,32 @@ PYBIND11_MODULE(_stoker, m) {
   m.def("verify", &Verify, py::arg("uri"), py::arg("reads_in_flight"));
 
   // ---- checkpoints (stoker/checkpoint.py) ----
+  // The options struct itself, field by field: its defaults are C++'s.
   py::class_<st::SaveOptions>(m, "_SaveOptions")
-      .def(py::init(&MakeSaveOptions), py::arg("rank"), py::arg("world_size"),
-           py::arg("chunk_bytes"), py::arg("metadata_json"), py::arg("keep_last"),
-           py::arg("attempt"), py::arg("commit_timeout_s"), py::arg("wait_for_commit"));
+      .def(py::init([](const py::kwargs& fields) {
+        // _SaveOptions(rank=..., ...): each keyword sets the field of its name.
+        st::SaveOptions o;
+        py::object self = py::cast(&o, py::return_value_policy::reference);
+        for (const auto& [key, value] : fields) py::setattr(self, key, value);
+        return o;
+      }))
+      .def_readwrite("rank", &st::SaveOptions::rank)
+      .def_readwrite("world_size", &st::SaveOptions::world_size)
+      .def_readwrite("chunk_bytes", &st::SaveOptions::chunk_bytes)
+      .def_readwrite("metadata_json", &st::SaveOptions::metadata_json)
+      .def_readwrite("keep_last", &st::SaveOptions::keep_last)
+      .def_readwrite("attempt", &st::SaveOptions::attempt)
+      .def_readwrite("wait_for_commit", &st::SaveOptions::wait_for_commit)
+      .def_property(
+          "commit_timeout_s",
+          [](const st::SaveOptions& o) { return o.commit_timeout.count() / 1000.0; },
+          [](st::SaveOptions& o, double s) {
+            o.commit_timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+          });
+  // Constants defined once, in C++.
+  m.attr("DEFAULT_CHUNK_BYTES") = st::kDefaultChunkBytes;
+  m.attr("MAX_TENSOR_NAME_BYTES") = st::kMaxTensorNameBytes;
+  m.attr("MAX_DECODE_SIDE") = st::kMaxDecodeSide;
   py::class_<SaveHandleWrapper>(m, "_SaveHandle")
       .def("done", &SaveHandleWrapper::Done)
       .def("wait", &SaveHandleWrapper::Wait, py::arg("timeout_s") = py::none())
@@ -1167,6 +1177,7 @@ PYBIND11_MODULE(_stoker, m) {
       .def("read_manifest", &CheckpointerHandle::ReadManifest, py::arg("name"))
       .def("list", &CheckpointerHandle::List)
       .def("latest", &CheckpointerHandle::Latest)
+      .def("claim_name", &CheckpointerHandle::ClaimName)
       .def("remove", &CheckpointerHandle::Remove, py::arg("name"))
       .def("close", &CheckpointerHandle::Close)
       .def("abandon", &CheckpointerHandle::Abandon)

@@ -12,9 +12,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -501,7 +504,105 @@ TEST_P(CkptStoreTest, RetentionListingAndRemoval) {
   EXPECT_EQ(ckpt_->Latest().status().code(), Code::kNotFound);
   ASSERT_OK(ckpt_->Remove("step-9"));
   EXPECT_EQ(ckpt_->Remove("step-9").code(), Code::kNotFound);
-  EXPECT_TRUE(store_->List("")->empty());
+  // Only the index's head and floor remain (docs/checkpoint.md §7).
+  auto left = store_->List("");
+  ASSERT_TRUE(left.ok());
+  for (const ObjectInfo& o : *left) {
+    EXPECT_TRUE(o.key == "_catalog/head" || o.key == "_catalog/floor") << o.key;
+  }
+}
+
+// Counts the listings a checkpointer makes.
+class CountingStore final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::vector<ObjectInfo>> List(std::string_view p) override {
+    ++lists;
+    return StoreWrapper::List(p);
+  }
+  std::atomic<int> lists{0};
+};
+
+TEST_P(CkptStoreTest, CommitsAndRetentionNeverListTheRoot) {
+  auto counting = std::make_shared<CountingStore>(store_);
+  auto c = NewCheckpointer(counting, Fast());
+  SaveOptions o = Small();
+  o.keep_last = 3;
+  auto content = MakeCkptContent(1);
+  ASSERT_OK(c->Save("first", content.refs, o));
+  EXPECT_LE(counting->lists.load(), 1) << "a new root's index is built from one listing";
+  counting->lists = 0;
+  for (int i = 2; i <= 8; ++i) {
+    ASSERT_OK(c->Save("step-" + std::to_string(i), content.refs, o));
+  }
+  EXPECT_EQ(counting->lists.load(), 0) << "commits and retention list nothing";
+  auto list = c->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].name, "step-6");
+  EXPECT_EQ((*list)[2].name, "step-8");
+  EXPECT_EQ((*list)[2].sequence, 8u);
+  // Removing the latest by hand moves `latest` back through the index.
+  ASSERT_OK(c->Remove("step-8"));
+  EXPECT_EQ(*c->Latest(), "step-7");
+  ASSERT_OK(c->Save("step-9", content.refs, o));
+  EXPECT_EQ(c->ReadManifest("step-9")->sequence, 9u) << "sequences are never reused";
+}
+
+TEST_P(CkptStoreTest, ARootWrittenBeforeTheIndexIsIndexedOnceAndKeepsItsOrder) {
+  auto content = MakeCkptContent(2);
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_OK(ckpt_->Save("old-" + std::to_string(i), content.refs, Small()));
+  }
+  // A root of a stoker before the index: the same checkpoints, no `_catalog/`.
+  auto index = store_->List("_catalog/");
+  ASSERT_TRUE(index.ok());
+  for (const ObjectInfo& o : *index) ASSERT_OK(store_->Remove(o.key));
+  auto c = NewCheckpointer(store_, Fast());
+  SaveOptions o = Small();
+  o.keep_last = 2;
+  ASSERT_OK(c->Save("new-5", content.refs, o));
+  EXPECT_EQ(c->ReadManifest("new-5")->sequence, 5u);
+  auto list = c->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].name, "old-4");
+  EXPECT_EQ((*list)[1].name, "new-5");
+  EXPECT_TRUE((*list)[1].latest);
+}
+
+TEST_P(CkptStoreTest, ALostOrCutShortIndexHeadIsRebuilt) {
+  auto content = MakeCkptContent(4);
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_OK(ckpt_->Save("h-" + std::to_string(i), content.refs, Small()));
+  }
+  // The head is a hint whose durability waits for a sync: a machine crash
+  // may leave it short, or stale.
+  ASSERT_OK(store_->Put("_catalog/head", Bytes("1")));
+  ASSERT_OK(ckpt_->Save("h-4", content.refs, Small()));
+  EXPECT_EQ(ckpt_->ReadManifest("h-4")->sequence, 4u);
+  ASSERT_OK(store_->Put("_catalog/head", Bytes("2\n")));  // stale: a few refused claims
+  ASSERT_OK(ckpt_->Save("h-5", content.refs, Small()));
+  EXPECT_EQ(ckpt_->ReadManifest("h-5")->sequence, 5u);
+  ASSERT_OK(store_->Put("_catalog/auto", Bytes("x")));
+  auto name = ckpt_->ClaimName();
+  ASSERT_TRUE(name.ok()) << name.status().ToString();
+  EXPECT_EQ(*name, "ckpt-000001");
+}
+
+TEST_P(CkptStoreTest, ClaimedNamesAreNewAndSkipCommittedOnes) {
+  auto content = MakeCkptContent(3);
+  ASSERT_OK(ckpt_->Save("ckpt-000001", content.refs, Small()));  // named by hand
+  auto a = ckpt_->ClaimName();
+  auto b = ckpt_->ClaimName();
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+  EXPECT_EQ(*a, "ckpt-000002");
+  EXPECT_EQ(*b, "ckpt-000003") << "a claimed name is taken even before its save";
+  ASSERT_OK(ckpt_->Save(*b, content.refs, Small()));
+  ASSERT_OK(ckpt_->Remove(*a));  // a claim without a save is removed like an incomplete one
+  auto again = NewCheckpointer(store_, Fast())->ClaimName();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, "ckpt-000004");
 }
 
 TEST_P(CkptStoreTest, ManyRanksCommitOnlyWhenEveryPartIsDurable) {
@@ -776,11 +877,13 @@ TEST(CkptFullDisk, NoSpaceIsAClearErrorAndThePreviousCheckpointSurvives) {
 // ---- writers killed at random moments ---------------------------------------
 
 // Restore("") (the latest) equals what ckpt_writer saved under `latest`:
-// MakeCkptContent of its seed at `scale`, byte for byte.
+// MakeCkptContent of its seed at `scale`, byte for byte. With `seed` given,
+// checkpoint `latest` itself, saved from that seed.
 ::testing::AssertionResult LatestRestoresWhatWasSaved(Checkpointer& c, const std::string& latest,
-                                                      size_t scale) {
-  auto want = MakeCkptContent(testing::SeedOfName(latest), scale);
-  auto got = c.Restore("", {});
+                                                      size_t scale,
+                                                      std::optional<uint64_t> seed = {}) {
+  auto want = MakeCkptContent(seed ? *seed : testing::SeedOfName(latest), scale);
+  auto got = c.Restore(seed ? latest : "", {});
   if (!got.ok()) return ::testing::AssertionFailure() << got.status().ToString();
   if (got->tensors.size() != want.refs.size()) {
     return ::testing::AssertionFailure() << latest << ": " << got->tensors.size() << " tensors";
@@ -874,6 +977,8 @@ TEST_P(CkptKillTest, AKilledSaveNeverLeavesLatestOnAnIncompleteCheckpoint) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(uri)) {
       const std::string name = e.path().filename().string();
       if (e.path().parent_path() == uri && name.starts_with(".latest.tmp.")) continue;
+      // The root's index (and a temporary file of its head a kill cut short).
+      if (e.path().string().starts_with(uri + "/_catalog")) continue;
       left.push_back(e.path().string());
     }
     EXPECT_TRUE(left.empty()) << left.size() << " entries left, the first " << left.front();
@@ -882,6 +987,48 @@ TEST_P(CkptKillTest, AKilledSaveNeverLeavesLatestOnAnIncompleteCheckpoint) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, CkptKillTest, ::testing::Values("Posix", "EnvUri"),
                          [](const auto& info) { return info.param; });
+
+// Two processes saving to one root at once with automatic names: every
+// save gets a name of its own and a sequence of its own, and every one
+// restores what its writer saved.
+TEST(CkptAutoNames, TwoProcessesSavingAtOnceNeverCollide) {
+  TempDir dir;
+  const std::string uri = dir.str() + "/ckpt";
+  constexpr int kEach = 8;
+  std::vector<FILE*> pipes;
+  for (int w = 0; w < 2; ++w) {
+    const std::string cmd = std::string(CKPT_WRITER_PATH) + " " + uri + " " +
+                            std::to_string(w * 100) + " " + std::to_string(kEach) + " 65536 1 auto";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    pipes.push_back(p);
+  }
+  std::map<std::string, uint64_t> seed_of;
+  int lines = 0;
+  for (FILE* p : pipes) {
+    char name[64];
+    unsigned long long seed;
+    while (std::fscanf(p, "committed %63s %llu\n", name, &seed) == 2) {
+      ++lines;
+      EXPECT_TRUE(seed_of.emplace(name, seed).second) << name << " was given twice";
+    }
+    EXPECT_EQ(::pclose(p), 0);
+  }
+  EXPECT_EQ(lines, 2 * kEach);
+  auto c = OpenCheckpointer(uri);
+  ASSERT_TRUE(c.ok());
+  auto list = (*c)->List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), size_t(2 * kEach));
+  std::set<uint64_t> sequences;
+  for (const CheckpointListing& l : *list) {
+    EXPECT_TRUE(l.committed) << l.name;
+    EXPECT_TRUE(sequences.insert(l.sequence).second) << "sequence " << l.sequence << " twice";
+    ASSERT_TRUE(seed_of.count(l.name)) << l.name;
+    EXPECT_TRUE(LatestRestoresWhatWasSaved(**c, l.name, 1, seed_of[l.name])) << l.name;
+  }
+  EXPECT_EQ(*sequences.rbegin(), uint64_t(2 * kEach));
+}
 
 // A power cut (testing::PowerCutDisk) at a random moment of a writer's
 // saves: whatever was not made durable is lost, which a killed process never
@@ -990,6 +1137,117 @@ TEST(CkptPowerCut, APowerCutNeverLosesAReturnedSaveNorLeavesLatestOnAnIncomplete
       trials, returned.size(), interrupted, lost_in_flight);
   EXPECT_GT(returned.size(), 0u) << "no save finished before a cut; the test proved nothing";
 }
+
+// ---- saved states: the structure document (docs/checkpoint.md §8) -----------
+
+TEST(CkptState, BuiltInCppRestoresByKeyPath) {
+  TempDir d;
+  auto c = OpenCheckpointer(d.str() + "/ckpt");
+  ASSERT_TRUE(c.ok());
+  const auto w = RandomBytes(4 * 6, 1), b = RandomBytes(8, 2);
+  StateBuilder s;
+  ASSERT_OK(s.SetTensor("model.layer.weight", DType::kFloat32, {2, 3}, w));
+  ASSERT_OK(s.SetTensor("model.layer.bias", DType::kFloat64, {1}, b));
+  ASSERT_OK(s.SetInt("step", 1200));
+  ASSERT_OK(s.SetFloat("optim.lr", 0.001));
+  ASSERT_OK(s.SetFloat("optim.nan", std::nan("")));
+  ASSERT_OK(s.SetString("optim.name", "adam"));
+  EXPECT_EQ(s.SetInt("step", 1).code(), Code::kInvalidArgument) << "set twice";
+  EXPECT_EQ(s.SetInt("step.x", 1).code(), Code::kInvalidArgument) << "an int is no dict";
+  EXPECT_EQ(s.SetInt("a..b", 1).code(), Code::kInvalidArgument);
+  ASSERT_OK((*c)->Save("s1", s.Tensors(), {}));
+
+  auto st = ReadStateStructure(**c, "s1");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto step = st->Find("step");
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->type, "int");
+  EXPECT_EQ(step->value, "1200");
+  EXPECT_EQ(st->Find("optim.nan")->type, "float");
+  EXPECT_EQ(st->Find("model")->type, "dict");
+  EXPECT_EQ(st->Find("model")->items, 1u);
+  auto missing = st->Find("model.layer.gamma");
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_TRUE(Contains(missing.status().message(), "'model.layer', a dict of 2"))
+      << missing.status().ToString();
+
+  std::vector<std::byte> got(w.size());
+  auto info = RestoreStatePath(**c, "", "model.layer.weight", got);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(got, w);
+  EXPECT_EQ(info->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(RestoreStatePath(**c, "s1", "step", got).status().code(), Code::kInvalidArgument);
+  // A checkpoint of plain tensors has no structure: NotFound, said so.
+  ASSERT_OK((*c)->Save("flat", MakeCkptContent(1).refs, {}));
+  auto flat = ReadStateStructure(**c, "flat");
+  EXPECT_EQ(flat.status().code(), Code::kNotFound);
+  EXPECT_TRUE(Contains(flat.status().message(), "without a structure"));
+}
+
+TEST(CkptState, BadDocumentsAreCorruptionOrUnsupported) {
+  auto parse = [](const std::string& doc) {
+    return StateStructure::Parse(Bytes(doc), "doc").status();
+  };
+  EXPECT_EQ(parse("not json").code(), Code::kCorruption);
+  EXPECT_EQ(parse(R"({"format":"other","version":1,"root":null})").code(), Code::kCorruption);
+  EXPECT_EQ(parse(R"({"format":"stoker.python.state","version":2,"root":null})").code(),
+            Code::kUnsupported);
+  EXPECT_EQ(parse(R"({"format":"stoker.python.state","version":1,"root":{"x":1,"y":2}})").code(),
+            Code::kCorruption);
+  EXPECT_EQ(parse(R"({"format":"stoker.python.state","version":1,"root":{"tensor":3}})").code(),
+            Code::kCorruption);
+  EXPECT_EQ(parse(R"({"format":"stoker.python.state","version":1,"root":{"dict":[[1]]}})").code(),
+            Code::kCorruption);
+  EXPECT_TRUE(
+      parse(R"({"format":"stoker.python.state","version":1,"root":[1,{"tuple":[]}]})").ok());
+}
+
+#ifdef STOKER_PYTHONPATH
+// A state saved by the Python package (stoker.save of nested dicts, lists,
+// numpy arrays and scalars) read back by C++ alone, by key path.
+TEST(CkptState, SavedFromPythonRestoredInCppByKeyPath) {
+  TempDir d;
+  const std::string root = d.str() + "/ckpt";
+  const std::string script =
+      "import numpy as np, stoker\n"
+      "w = np.arange(12, dtype=np.float32).reshape(3, 4)\n"
+      "state = {'model': {'layer1.weight': w, 'bias': np.ones(3, np.int64)},\n"
+      "         'optim': {'param_groups': [{'lr': 0.5, 'betas': (0.9, 0.99)}], 'state': {0: w}},\n"
+      "         'step': 7, 'tag': 'run-1', 'none': None}\n"
+      "stoker.save(state, '" +
+      root + "', name='py', rank=0, world_size=1)\n";
+  const std::string cmd =
+      "PYTHONPATH=" STOKER_PYTHONPATH " /usr/bin/python3 -c \"" + script + "\" 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  ASSERT_EQ(::pclose(p), 0) << out;
+
+  auto c = OpenCheckpointer(root);
+  ASSERT_TRUE(c.ok());
+  auto st = ReadStateStructure(**c, "py");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->Find("step")->value, "7");
+  EXPECT_EQ(st->Find("tag")->value, "\"run-1\"");
+  EXPECT_EQ(st->Find("none")->type, "none");
+  EXPECT_EQ(st->Find("optim.param_groups.0.lr")->value, "0.5");
+  EXPECT_EQ(st->Find("optim.param_groups.0.betas")->type, "tuple");
+  EXPECT_EQ(st->Find("optim.state.0")->type, "ndarray");
+  std::vector<float> w(12);
+  auto info =
+      RestoreStatePath(**c, "py", "model.layer1.weight", std::as_writable_bytes(std::span(w)));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->dtype, DType::kFloat32);
+  EXPECT_EQ(info->shape, (std::vector<int64_t>{3, 4}));
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(w[i], float(i));
+  std::vector<int64_t> bias(3);
+  ASSERT_TRUE(
+      RestoreStatePath(**c, "py", "model.bias", std::as_writable_bytes(std::span(bias))).ok());
+  EXPECT_EQ(bias, (std::vector<int64_t>{1, 1, 1}));
+}
+#endif
 
 }  // namespace
 }  // namespace stoker

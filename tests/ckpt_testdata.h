@@ -75,6 +75,11 @@ class FlakyStore final : public StoreWrapper {
     if (key.ends_with(".chunk") && left_.fetch_sub(1) > 0) return error_;
     return StoreWrapper::Put(key, data);
   }
+  Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
+                             const PutObserver& see) override {
+    if (key.ends_with(".chunk") && left_.fetch_sub(1) > 0) return error_;
+    return StoreWrapper::PutObservedDeferred(key, data, see);
+  }
   std::atomic<int> left_;
   Status error_;
 };

@@ -3,7 +3,10 @@
 // NAME" after each, until killed or COUNT are done. ckpt_test kills it at
 // random moments.
 //
-//   ckpt_writer URI START COUNT CHUNK_BYTES SCALE [async]
+//   ckpt_writer URI START COUNT CHUNK_BYTES SCALE [async|auto]
+//
+// auto: names from Checkpointer::ClaimName (ckpt-NNNNNN), printed with the
+// seed of their content ("committed ckpt-000003 7").
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -22,14 +25,24 @@ int main(int argc, char** argv) {
   o.chunk_bytes = std::strtoull(argv[4], nullptr, 10);
   const size_t scale = std::strtoull(argv[5], nullptr, 10);
   const bool async = argc > 6 && std::string(argv[6]) == "async";
+  const bool automatic = argc > 6 && std::string(argv[6]) == "auto";
   auto c = stoker::OpenCheckpointer(uri);
   if (!c.ok()) {
     std::fprintf(stderr, "ckpt_writer: %s\n", c.status().ToString().c_str());
     return 1;
   }
   for (uint64_t i = start; i < start + count; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof name, "w-%06llu", static_cast<unsigned long long>(i));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "w-%06llu", static_cast<unsigned long long>(i));
+    std::string name = buf;
+    if (automatic) {
+      auto claimed = (*c)->ClaimName();
+      if (!claimed.ok()) {
+        std::fprintf(stderr, "ckpt_writer: %s\n", claimed.status().ToString().c_str());
+        return 1;
+      }
+      name = *claimed;
+    }
     auto content = stoker::testing::MakeCkptContent(i, scale);
     stoker::Status s;
     if (async) {
@@ -42,7 +55,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ckpt_writer: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("committed %s\n", name);
+    if (automatic) {
+      std::printf("committed %s %llu\n", name.c_str(), static_cast<unsigned long long>(i));
+    } else {
+      std::printf("committed %s\n", name.c_str());
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -242,6 +242,16 @@ TEST(CliTest, CkptLsShowVerifyRm) {
   EXPECT_NE(missing.out.find("no checkpoint step-9 at " + root), std::string::npos) << missing.out;
   auto escape = Stoker("ckpt rm " + root + " ../x");
   EXPECT_EQ(escape.code, 10 + int(Code::kInvalidArgument)) << escape.out;
+
+  // A root folder that does not exist is NotFound, not an empty table; an
+  // existing empty one is an empty table.
+  auto nowhere = Stoker("ckpt ls " + root + "-typo");
+  EXPECT_EQ(nowhere.code, 10 + int(Code::kNotFound)) << nowhere.out;
+  EXPECT_NE(nowhere.out.find("no such folder"), std::string::npos) << nowhere.out;
+  fs::create_directories(d.path() / "empty");
+  auto empty = Stoker("ckpt ls --json " + (d.path() / "empty").string());
+  EXPECT_EQ(empty.code, 0) << empty.out;
+  EXPECT_EQ(nlohmann::json::parse(empty.out).size(), 0u);
 }
 
 }  // namespace

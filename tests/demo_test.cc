@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "stoker/bench.h"
+#include "bench/bench.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "testutil.h"

@@ -5,6 +5,7 @@
 // exhausted budget and out-of-memory are clear errors after which the loader
 // shuts down cleanly. Tests that need a GPU skip, saying why, where there is
 // none (CI builds the CUDA code on machines without one).
+#include "gpu/h2d_bench.h"
 #include "stoker/gpu.h"
 
 #include <gtest/gtest.h>

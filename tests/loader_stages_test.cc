@@ -244,7 +244,6 @@ class FlakyReads final : public StoreWrapper {
     if (Fails(key)) return error_;
     return StoreWrapper::ReadAll(key);
   }
-  bool local_reads() const override { return target()->local_reads(); }
 
  private:
   struct Queue final : ReadQueue {

@@ -264,6 +264,34 @@ TEST(VerifyTest, NamesEveryBadShardAndSample) {
   }
 }
 
+// A shard that grew after packing (bytes appended) is a problem, also through
+// the command (exit 1), though its first bytes are whole.
+TEST(VerifyTest, AShardThatGrewAfterPackingIsReported) {
+  TempDir d;
+  MakeTree(d.path() / "src", 20, 2, 1500);
+  PackOptions o;
+  o.shard_bytes = 16 << 10;
+  const std::string ds = (d.path() / "ds").string();
+  auto m = Pack((d.path() / "src").string(), ds, o);
+  ASSERT_TRUE(m.ok());
+  const auto path = fs::path(ds) / m->shards.back().key;
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    f << "appended";
+  }
+  auto store = OpenStore(ds);
+  auto report = VerifyDataset(**store);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_EQ(report->problems[0].shard_key, m->shards.back().key);
+  EXPECT_EQ(report->problems[0].status.code(), Code::kCorruption);
+  EXPECT_NE(report->problems[0].status.message().find("grown"), std::string::npos)
+      << report->problems[0].status.ToString();
+  const std::string cmd = StokerBin() + " verify " + ds + " > /dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 1) << cmd << " exited " << rc;
+}
+
 // A pack killed at a random point leaves either nothing a reader takes for a
 // dataset, or (if it got as far as its commit) a complete, valid dataset.
 // The next pack into the same place succeeds and removes the leftovers.

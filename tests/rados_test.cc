@@ -39,7 +39,7 @@
 #include "stoker/checkpoint.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
-#include "stoker/storage_bench.h"
+#include "bench/storage_bench.h"
 #include "stoker/store.h"
 #include "store/rados_store.h"
 #include "testutil.h"

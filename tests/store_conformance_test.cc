@@ -117,29 +117,47 @@ bool IoUringUsable(std::string* why) {
 
 enum class Backend { kMemory, kPosixIoUring, kPosixThreads, kEnvUri };
 
-std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
-  switch (info.param) {
+// A backend, and whether the suite sees it through a StoreWrapper: a wrapper
+// must keep every behaviour and capability of what it wraps.
+struct BackendParam {
+  Backend backend;
+  bool wrapped = false;
+  bool operator==(Backend b) const { return backend == b; }
+};
+
+std::string BackendName(const ::testing::TestParamInfo<BackendParam>& info) {
+  const std::string w = info.param.wrapped ? "Wrapped" : "";
+  switch (info.param.backend) {
     case Backend::kMemory:
-      return "Memory";
+      return w + "Memory";
     case Backend::kPosixIoUring:
-      return "PosixIoUring";
+      return w + "PosixIoUring";
     case Backend::kPosixThreads:
-      return "PosixThreads";
+      return w + "PosixThreads";
     case Backend::kEnvUri:
-      return "EnvUri";
+      return w + "EnvUri";
   }
   return "Unknown";
 }
 
 // So that gtest (and ctest) print the backend, not its bytes.
-void PrintTo(Backend b, std::ostream* os) {
-  *os << BackendName(::testing::TestParamInfo<Backend>(b, 0));
+void PrintTo(BackendParam b, std::ostream* os) {
+  *os << BackendName(::testing::TestParamInfo<BackendParam>(b, 0));
 }
 
-class StoreConformance : public ::testing::TestWithParam<Backend> {
+class StoreConformance : public ::testing::TestWithParam<BackendParam> {
  protected:
   void SetUp() override {
-    switch (GetParam()) {
+    SetUpBackend();
+    if (store_ != nullptr && GetParam().wrapped) {
+      capabilities_of_target_ = store_->capabilities();
+      local_reads_of_target_ = store_->local_reads();
+      store_ = std::make_shared<StoreWrapper>(store_);
+    }
+  }
+
+  void SetUpBackend() {
+    switch (GetParam().backend) {
       case Backend::kMemory:
         store_ = NewMemoryStore("conformance");
         break;
@@ -193,7 +211,63 @@ class StoreConformance : public ::testing::TestWithParam<Backend> {
   TempDir tmp_;
   std::shared_ptr<Store> store_;
   std::string prefix_;  // "" except for the STOKER_TEST_STORE_URI store
+  StoreCapabilities capabilities_of_target_;
+  bool local_reads_of_target_ = false;
 };
+
+TEST_P(StoreConformance, CreateIsExclusiveAndAtomic) {
+  const auto data = RandomBytes(10000, 3);
+  ASSERT_OK(store_->Create(K("c/one"), data));
+  auto again = store_->Create(K("c/one"), RandomBytes(10, 4));
+  EXPECT_EQ(again.code(), Code::kAlreadyExists) << again.ToString();
+  auto back = store_->ReadAll(K("c/one"));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, data) << "a refused create leaves the object as it was";
+  ASSERT_OK(store_->Create(K("c/empty"), {}));
+  EXPECT_EQ(store_->Stat(K("c/empty"))->size, 0u);
+  EXPECT_EQ(store_->Create(K("c/../x"), data).code(), Code::kInvalidArgument);
+  // Of many creators of one key at once, exactly one wins, and its bytes are
+  // the object's.
+  constexpr int kThreads = 8;
+  std::atomic<int> won{0}, lost{0};
+  std::vector<std::thread> threads;
+  std::vector<std::vector<std::byte>> bodies;
+  for (int t = 0; t < kThreads; ++t) bodies.push_back(RandomBytes(5000, 100 + t));
+  int winner = -1;
+  std::mutex mu;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Status s = store_->Create(K("c/race"), bodies[t]);
+      if (s.ok()) {
+        ++won;
+        std::lock_guard l(mu);
+        winner = t;
+      } else if (s.code() == Code::kAlreadyExists) {
+        ++lost;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(lost.load(), kThreads - 1);
+  ASSERT_GE(winner, 0);
+  EXPECT_EQ(*store_->ReadAll(K("c/race")), bodies[winner]);
+  auto listed = store_->List(K("c/"));
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 3u) << "no temporary object of a create is listed";
+}
+
+TEST_P(StoreConformance, WrapperKeepsCapabilities) {
+  if (!GetParam().wrapped) GTEST_SKIP() << "only for a wrapped store";
+  EXPECT_EQ(store_->capabilities().prefix_listing, capabilities_of_target_.prefix_listing);
+  EXPECT_EQ(store_->local_reads(), local_reads_of_target_);
+  // Deferred writes reach the backend's own deferral and its sync.
+  ASSERT_OK(store_->PutObservedDeferred(K("d/a"), RandomBytes(4096, 9), [](auto) {}));
+  ASSERT_OK(store_->SyncDeferred());
+  EXPECT_EQ(store_->Stat(K("d/a"))->size, 4096u);
+  ASSERT_OK(store_->RemoveFolder(K("d/")));
+  EXPECT_EQ(store_->Stat(K("d/a")).status().code(), Code::kNotFound);
+}
 
 TEST_P(StoreConformance, RoundTripsObjectsOfEverySize) {
   for (size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{(1 << 20) + 3}}) {
@@ -758,8 +832,14 @@ TEST_P(StoreConformance, ObjectReaderScattersConsecutiveBytesAndStopsAtTheEnd) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, StoreConformance,
-                         ::testing::Values(Backend::kMemory, Backend::kPosixIoUring,
-                                           Backend::kPosixThreads, Backend::kEnvUri),
+                         ::testing::Values(BackendParam{Backend::kMemory},
+                                           BackendParam{Backend::kPosixIoUring},
+                                           BackendParam{Backend::kPosixThreads},
+                                           BackendParam{Backend::kEnvUri},
+                                           BackendParam{Backend::kMemory, true},
+                                           BackendParam{Backend::kPosixIoUring, true},
+                                           BackendParam{Backend::kPosixThreads, true},
+                                           BackendParam{Backend::kEnvUri, true}),
                          BackendName);
 
 // ---------------------------------------------------------------------------
@@ -810,7 +890,7 @@ TEST_P(PosixStoreTest, LocalReadsOnDiskAndMemoryFileSystemsOnly) {
   ASSERT_TRUE(proc.ok());
   EXPECT_FALSE((*proc)->local_reads());
   EXPECT_TRUE(NewMemoryStore()->local_reads());
-  EXPECT_FALSE(StoreWrapper(store_).local_reads()) << "a wrapper opts in itself";
+  EXPECT_TRUE(StoreWrapper(store_).local_reads()) << "a wrapper keeps its store's reads";
 }
 
 TEST_P(PosixStoreTest, ObjectReaderKeepsReadingTheFileItOpened) {

@@ -71,6 +71,12 @@ std::string_view DTypeName(DType t);
 Result<DType> ParseDType(std::string_view name);
 size_t DTypeSize(DType t);
 
+// The longest tensor name, in bytes of UTF-8 (docs/checkpoint.md §3.1).
+inline constexpr size_t kMaxTensorNameBytes = 1024;
+// SaveOptions::chunk_bytes' default: half RADOS's default
+// osd_max_object_size, large enough that an fsync per chunk costs little.
+inline constexpr uint64_t kDefaultChunkBytes = 64ull << 20;
+
 // One tensor to save: a name, an element type, a shape and its bytes
 // (row-major, contiguous). data.size() must equal product(shape) x the
 // element size. The memory is only read, and only during Save (sync) or
@@ -89,13 +95,13 @@ struct SaveOptions {
   uint32_t world_size = 1;
   // Target size of a chunk object. Tensors smaller than this are grouped into
   // shared chunks; larger ones are cut into chunks of this size written
-  // straight from their memory. Default: 64 MiB (half RADOS's default
-  // osd_max_object_size, large enough that an fsync per chunk costs little).
-  uint64_t chunk_bytes = 64ull << 20;
+  // straight from their memory. Default: kDefaultChunkBytes (64 MiB).
+  uint64_t chunk_bytes = kDefaultChunkBytes;
   // User metadata: a JSON object, stored in the manifest. Default: {}.
   std::string metadata_json = "{}";
   // Keep the newest K committed checkpoints under the root and remove older
-  // ones after a commit (rank 0). Default: 0 = keep all.
+  // ones after a commit (rank 0), found in the root's index without a
+  // listing (docs/checkpoint.md §7). Default: 0 = keep all.
   uint32_t keep_last = 0;
   // Tells the ranks' part records of this save from those of an earlier,
   // crashed attempt at the same name: rank 0 commits only parts with the
@@ -290,6 +296,13 @@ class Checkpointer {
   // The name `latest` points to; NotFound if there is none.
   virtual Result<std::string> Latest() = 0;
 
+  // A new automatic name, ckpt-NNNNNN (six or more digits), claimed under the
+  // root by an atomic create (Store::Create of NAME/claim): no two callers,
+  // in one process or several, get the same one, and names that checkpoints
+  // already have are skipped. The claim is an object under NAME/ that Remove
+  // deletes with the rest.
+  virtual Result<std::string> ClaimName() = 0;
+
   // Reads and checks a manifest. "" or "latest" means the latest.
   virtual Result<CheckpointManifest> ReadManifest(std::string_view name) = 0;
 
@@ -322,5 +335,91 @@ std::unique_ptr<Checkpointer> NewCheckpointer(std::shared_ptr<Store> store,
 
 // Checks a checkpoint name (InvalidArgument naming what is wrong).
 Status ValidateCheckpointName(std::string_view name);
+
+// ---- Saved states: nested structures by key path ---------------------------
+//
+// A rank may save a nested structure (dicts, lists, tuples, scalars, strings
+// and tensors: a PyTorch state dict, an optimizer's state) as its tensors
+// plus a structure document, stored as the uint8 tensor "stoker:structure"
+// (docs/checkpoint.md §8). stoker.save writes one; StateBuilder writes one
+// from C++. Every value has a key path: its keys from the root joined by
+// '.', list and tuple items by index ("optim.param_groups.0.lr").
+//
+// Thread safety: StateStructure is a value (const methods are safe from any
+// thread); a StateBuilder belongs to one thread.
+
+inline constexpr std::string_view kStructureTensor = "stoker:structure";
+
+// One value of a structure.
+struct StateEntry {
+  std::string path;  // "" for the root
+  // "dict", "odict", "list", "tuple" (containers); "tensor", "parameter",
+  // "ndarray" (tensors); "none", "bool", "int", "float", "str", "bytes",
+  // "complex", "dtype", "device", "size", "numpy" (scalars).
+  std::string type;
+  std::string tensor;  // tensors: the checkpoint tensor holding it
+  std::string value;   // scalars: the value as JSON text
+  size_t items = 0;    // containers: how many items
+  int depth = 0;       // 0 for the root
+};
+
+class StateStructure {
+ public:
+  // Parses a structure document; Corruption naming `where` when it is not
+  // one (or names a tensor twice in a way §8 forbids), Unsupported for a
+  // newer version.
+  static Result<StateStructure> Parse(std::span<const std::byte> document, std::string_view where);
+
+  // Every value, depth first in document order (a container before its
+  // items).
+  const std::vector<StateEntry>& entries() const { return entries_; }
+
+  // The value at `path`. A key that holds '.' is matched whole, so
+  // "a.b" finds {"a.b": x} as well as {"a": {"b": x}} (the first in
+  // document order). NotFound naming the path and the nearest container.
+  Result<StateEntry> Find(std::string_view path) const;
+
+ private:
+  std::vector<StateEntry> entries_;
+};
+
+// Builds a structure of dicts from C++: each value set at a key path, dicts
+// made as needed, in the order first set.
+class StateBuilder {
+ public:
+  StateBuilder();
+  ~StateBuilder();
+  StateBuilder(StateBuilder&&) noexcept;
+  StateBuilder& operator=(StateBuilder&&) noexcept;
+
+  // The tensor is stored under its path as its name. InvalidArgument when
+  // the path is empty, a component is empty, or a value is there already.
+  Status SetTensor(std::string_view path, DType dtype, std::vector<int64_t> shape,
+                   std::span<const std::byte> data);
+  Status SetInt(std::string_view path, int64_t v);
+  Status SetFloat(std::string_view path, double v);
+  Status SetString(std::string_view path, std::string_view v);
+  Status SetBool(std::string_view path, bool v);
+
+  // What to save: the tensors set, then "stoker:structure". Valid while the
+  // builder lives (the structure's bytes are its own).
+  std::vector<TensorRef> Tensors();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Rank `rank`'s structure in checkpoint `name` ("" = the latest); NotFound
+// when that rank saved a flat set of tensors (no "stoker:structure").
+Result<StateStructure> ReadStateStructure(Checkpointer& c, std::string_view name,
+                                          uint32_t rank = 0);
+
+// Restores the tensor at key `path` of rank `rank`'s state into `dst`
+// (exactly its size; InvalidArgument naming both sizes otherwise); returns
+// what the manifest says of it. NotFound for a path that is not there,
+// InvalidArgument for one that holds no tensor.
+Result<TensorInfo> RestoreStatePath(Checkpointer& c, std::string_view name, std::string_view path,
+                                    std::span<std::byte> dst, uint32_t rank = 0);
 
 }  // namespace stoker

@@ -46,6 +46,9 @@ enum class DecodeExtent : uint8_t {
 };
 
 // JPEG decode and augmentation, done by the loader's workers.
+// The largest decode height and width.
+inline constexpr uint32_t kMaxDecodeSide = 8192;
+
 struct DecodeOptions {
   // The bytes field holding JPEG data. Empty: no decode. Default: none.
   std::string field;

@@ -47,10 +47,29 @@ namespace stoker {
 
 // Where an epoch stands: enough to resume it, on any machine and (the
 // position being global) on any world size.
+// Where a loader stands, and (version 1) what it was reading, so that a
+// resume on another dataset or with another order is refused instead of
+// silently selecting other samples. A state of version 0 is a bare position
+// (a caller that built one by hand): only its bounds are checked.
+inline constexpr uint32_t kLoaderStateVersion = 1;
 struct LoaderState {
+  // A bare position (version 0); IdentifiedState sets the identity.
+  LoaderState(uint64_t e = 0, uint64_t p = 0) : epoch(e), position(p) {}  // NOLINT: {e, p}
   uint64_t epoch = 0;
-  // Global samples consumed by all ranks together (see plan.h).
+  // Global samples consumed by all ranks together (see plan.h): the same on
+  // every rank, so a job may resume on another world size or batch size.
   uint64_t position = 0;
+  // kLoaderStateVersion when the identity below is set; 0 = not set.
+  // Default: 0.
+  uint32_t version = 0;
+  // The identity of the order (checked on resume): the dataset's id (32 hex
+  // digits, Manifest::IdHex), seed, shuffle and shuffle window.
+  std::string dataset_id;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  uint32_t shuffle_window_shards = 0;
+  // The world size that saved it: for messages only (see position).
+  uint32_t world_size = 0;
 };
 
 struct LoaderOptions {
@@ -293,6 +312,17 @@ class Loader {
   // How records are read: "shard" or "sample" (what read_unit "auto" chose).
   virtual std::string_view read_unit() const = 0;
 };
+
+// The state at (epoch, position) of a loader over `m` with `o`, identity set.
+LoaderState IdentifiedState(uint64_t epoch, uint64_t position, const format::Manifest& m,
+                            const LoaderOptions& o);
+
+// Whether a loader over `m` with `o` may resume from `state`: its position
+// within the dataset, and (version 1) the same dataset, seed, shuffle and
+// shuffle window. InvalidArgument naming both values otherwise; Unsupported
+// for a newer version.
+Status CheckResumeState(const LoaderState& state, const format::Manifest& m,
+                        const LoaderOptions& o);
 
 // Reads and validates a dataset's manifest. NotFound "no stoker dataset at
 // URI" when there is none.

@@ -47,7 +47,6 @@ class RetryingStore final : public StoreWrapper {
   Result<std::vector<std::byte>> ReadAll(std::string_view key) override;
   Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override;
   // Retrying changes neither where bytes come from nor what a read costs.
-  bool local_reads() const override { return target()->local_reads(); }
 
   const RetryOptions& options() const { return options_; }
 

@@ -124,6 +124,20 @@ struct ObjectInfo {
   uint64_t size = 0;
 };
 
+// Capabilities a caller may choose its way by. Each is a property of the
+// backend, forwarded by StoreWrapper.
+struct StoreCapabilities {
+  // A small ranged read costs a system call on this machine, not a network
+  // round trip: a local disk file system or tmpfs (POSIX), memory. The
+  // loader reads large samples one by one, straight into the batch, only
+  // from such stores (LoaderOptions::read_unit). Default: false.
+  bool local_reads = false;
+  // List(prefix) costs what lies under the prefix (a POSIX folder, a memory
+  // map's range), so a caller may list one checkpoint's folder; on RADOS a
+  // listing walks the whole pool. Default: false.
+  bool prefix_listing = false;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -144,11 +158,8 @@ class Store {
   // exist. The default reads through Read(), piece by piece. A reader must
   // not outlive its store.
   virtual Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key);
-  // True when a small ranged read costs a system call on this machine, not a
-  // network round trip: a local disk file system or tmpfs (POSIX), memory.
-  // The loader reads large samples one by one, straight into the batch, only
-  // from such stores (LoaderOptions::read_unit). Default: false.
-  virtual bool local_reads() const { return false; }
+  // StoreCapabilities::local_reads, for the loader's choice of read unit.
+  bool local_reads() const { return capabilities().local_reads; }
 
   // Writes a whole object atomically: a reader sees the old object or the new
   // one, never a mix or a prefix, also when the writer is killed part way.
@@ -185,6 +196,23 @@ class Store {
   // deferred Puts were durable already and this returns OK. Default: OK.
   virtual Status SyncDeferred() { return Status::Ok(); }
 
+  // Writes a new object, atomically and durably as Put does, only if no
+  // object has `key`: AlreadyExists otherwise. Of writers that create one key
+  // at the same time, from any processes and machines, exactly one succeeds
+  // (POSIX: link(2) of a synced temporary file; RADOS: an exclusive create
+  // in the write operation). For claims: a checkpoint's sequence number, an
+  // automatic name. Default: Unsupported.
+  virtual Status Create(std::string_view key, std::span<const std::byte> data);
+  // Create whose durability may wait for the next SyncDeferred(), as
+  // PutObservedDeferred's does: exclusive and atomic on return. The default
+  // is Create, durable on return.
+  virtual Status CreateDeferred(std::string_view key, std::span<const std::byte> data) {
+    return Create(key, data);
+  }
+
+  // What this store can do cheaply; see StoreCapabilities.
+  virtual StoreCapabilities capabilities() const { return {}; }
+
   // Size of an object; NotFound if it does not exist.
   virtual Result<ObjectInfo> Stat(std::string_view key) = 0;
 
@@ -207,7 +235,12 @@ class Store {
 };
 
 // Forwards every call to another store, so that a decorator (fault injection,
-// metering, caching) overrides only what it changes.
+// metering, caching, retry) overrides only what it changes and keeps the
+// rest of what the store can do: per-sample reads (OpenReader),
+// deferred durability (PutObservedDeferred, SyncDeferred), exclusive
+// creates, folder removal and capabilities. A decorator that must see every
+// write overrides Put, PutObserved, PutObservedDeferred and Create; every
+// read, NewReadQueue, Read, ReadAll and OpenReader.
 class StoreWrapper : public Store {
  public:
   explicit StoreWrapper(std::shared_ptr<Store> target) : target_(std::move(target)) {}
@@ -221,17 +254,32 @@ class StoreWrapper : public Store {
   Result<std::vector<std::byte>> ReadAll(std::string_view k) override {
     return target_->ReadAll(k);
   }
-  // OpenReader, PutObserved, PutObservedDeferred and SyncDeferred are not
-  // forwarded: the defaults read through this wrapper's Read and write
-  // through its (durable) Put, so a decorator sees those reads and writes
-  // too. local_reads() stays false: a wrapper may change
-  // what a read costs or does, and opts in itself.
+  Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view k) override {
+    return target_->OpenReader(k);
+  }
   Status Put(std::string_view k, std::span<const std::byte> d) override {
     return target_->Put(k, d);
   }
+  Status PutObserved(std::string_view k, std::span<const std::byte> d,
+                     const PutObserver& see) override {
+    return target_->PutObserved(k, d, see);
+  }
+  Status PutObservedDeferred(std::string_view k, std::span<const std::byte> d,
+                             const PutObserver& see) override {
+    return target_->PutObservedDeferred(k, d, see);
+  }
+  Status SyncDeferred() override { return target_->SyncDeferred(); }
+  Status Create(std::string_view k, std::span<const std::byte> d) override {
+    return target_->Create(k, d);
+  }
+  Status CreateDeferred(std::string_view k, std::span<const std::byte> d) override {
+    return target_->CreateDeferred(k, d);
+  }
+  StoreCapabilities capabilities() const override { return target_->capabilities(); }
   Result<ObjectInfo> Stat(std::string_view k) override { return target_->Stat(k); }
   Result<std::vector<ObjectInfo>> List(std::string_view p) override { return target_->List(p); }
   Status Remove(std::string_view k) override { return target_->Remove(k); }
+  Status RemoveFolder(std::string_view f) override { return target_->RemoveFolder(f); }
   Store* target() const { return target_.get(); }
 
  private:
@@ -255,8 +303,8 @@ struct StoreOptions {
   // the page cache (then fsync, as always). For large objects written once
   // and not read back soon, such as checkpoint chunks: a save neither evicts
   // the data a loader keeps cached nor waits on the kernel's writeback of
-  // dirty pages (measured: 2.3 against 0.6 GB/s for 8 GiB of 64 MiB chunks,
-  // docs/benchmarks.md). Memory that is not 4 KiB-aligned goes through a
+  // dirty pages (docs/benchmarks.md, "checkpoints past the page cache").
+  // Memory that is not 4 KiB-aligned goes through a
   // per-thread 8 MiB bounce buffer; a filesystem without O_DIRECT gets
   // buffered writes. Default: off (CheckpointerOptions turns it on).
   bool direct_writes = false;

@@ -71,7 +71,6 @@ import collections.abc
 import json
 import math
 import os
-import re
 import sys
 import threading
 import weakref
@@ -87,12 +86,11 @@ __all__ = ["save", "load", "release", "Checkpointer", "SaveHandle"]
 
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
-_DEFAULT_CHUNK_BYTES = 64 << 20  # SaveOptions::chunk_bytes
+_DEFAULT_CHUNK_BYTES = _stoker.DEFAULT_CHUNK_BYTES  # SaveOptions::chunk_bytes
 _STRUCTURE = "stoker:structure"  # the uint8 tensor holding a rank's structure
 _STRUCTURE_FORMAT = "stoker.python.state"
 _STRUCTURE_VERSION = 1
-_MAX_TENSOR_NAME = 1024  # bytes of UTF-8 (docs/checkpoint.md §3.1)
-_AUTO_NAME = re.compile(r"ckpt-([0-9]{6,})")
+_MAX_TENSOR_NAME = _stoker.MAX_TENSOR_NAME_BYTES  # UTF-8 (docs/checkpoint.md §3.1)
 
 # numpy dtypes by checkpoint dtype name (docs/checkpoint.md §3.3); bfloat16
 # and float8 have none.
@@ -622,7 +620,6 @@ class Checkpointer:
         self.uri = uri
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._last_auto = 0  # the last ckpt-N this object chose (its save may still run)
         _live_checkpointers.add(self)
 
     def _c(self):
@@ -657,10 +654,10 @@ class Checkpointer:
                        else _int("chunk_bytes", chunk_bytes, 1, _U64))
         if not isinstance(attempt, str):
             raise TypeError(f"attempt must be a str, not {type(attempt).__name__}")
-        options = _stoker._SaveOptions(
-            rank=rank, world_size=world_size, chunk_bytes=chunk_bytes,
-            metadata_json=metadata_json, keep_last=keep_last, attempt=attempt,
-            commit_timeout_s=_seconds("commit_timeout", commit_timeout), wait_for_commit=True)
+        options = _stoker._SaveOptions()
+        options.rank, options.world_size, options.chunk_bytes = rank, world_size, chunk_bytes
+        options.metadata_json, options.keep_last, options.attempt = metadata_json, keep_last, attempt
+        options.commit_timeout_s = _seconds("commit_timeout", commit_timeout)
         async_ = _bool("async_", async_)
         started = _metrics._save_started()  # the stall counts the flattening too
         tensors, keep = _encode_state(state_dict)
@@ -694,13 +691,7 @@ class Checkpointer:
         if world_size > 1:
             raise ValueError(f"a save by {world_size} ranks{where} needs name= or step=, so "
                              "that every rank saves under the same name")
-        last = self._last_auto
-        for entry in impl.list():
-            m = _AUTO_NAME.fullmatch(entry["name"])
-            if m:
-                last = max(last, int(m.group(1)))
-        self._last_auto = last + 1
-        return f"ckpt-{last + 1:06d}"
+        return impl.claim_name()  # ckpt-N, claimed atomically under the root
 
     # -- loading --
 

@@ -76,7 +76,7 @@ __all__ = ["Loader", "BytesColumn", "DistributedEnv", "distributed_env"]
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 _DEFAULT_DECODE_SIZE = (224, 224)
-_MAX_DECODE_SIDE = 8192
+_MAX_DECODE_SIDE = _stoker.MAX_DECODE_SIDE  # DecodeOptions (include/stoker/decode.h)
 _METADATA_KEYS = ("sample_ids", "padding")
 _STATE_VERSION = 1
 

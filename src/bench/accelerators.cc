@@ -3,7 +3,7 @@
 // search MLPerf Storage's question asks for.
 #include <thread>
 
-#include "stoker/bench.h"
+#include "bench/bench.h"
 
 namespace stoker {
 

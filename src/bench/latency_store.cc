@@ -7,7 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "stoker/bench.h"
+#include "bench/bench.h"
 
 namespace stoker {
 namespace {

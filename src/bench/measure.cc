@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "stoker/bench.h"
+#include "bench/bench.h"
 
 namespace stoker {
 

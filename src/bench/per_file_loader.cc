@@ -16,7 +16,7 @@
 
 #include "core/file_util.h"
 #include "loader/batch_builder.h"
-#include "stoker/bench.h"
+#include "bench/bench.h"
 #include "stoker/plan.h"
 
 namespace stoker {

@@ -4,7 +4,7 @@
 // caller sees it: Put's return for writes, the reap from the ReadQueue for
 // reads (Wait is always called for one completion, so a completion is
 // reaped as soon as it lands).
-#include "stoker/storage_bench.h"
+#include "bench/storage_bench.h"
 
 #include <unistd.h>
 

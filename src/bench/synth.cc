@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "stoker/bench.h"
+#include "bench/bench.h"
 #include "stoker/plan.h"
 
 #ifdef STOKER_HAVE_TURBOJPEG

@@ -155,6 +155,15 @@ class NodeCacheImpl final : public NodeCache {
   }
 
   // ---- Store ----------------------------------------------------------------
+  // Shards are served whole from the cache folder; a per-sample read
+  // (read_unit "auto" on local reads) would go around it to the remote
+  // store, so the cache never reports local reads.
+  StoreCapabilities capabilities() const override {
+    StoreCapabilities c = StoreWrapper::capabilities();
+    c.local_reads = false;
+    return c;
+  }
+
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override {
     return std::unique_ptr<ReadQueue>(new CacheQueue(this, o.depth));
   }

@@ -17,7 +17,6 @@ inline constexpr std::string_view kManifestSuffix = "/manifest.stkc";
 // JSON nesting the decoder accepts: the structure needs 4, user metadata
 // (a Python state dict's nested containers) more.
 inline constexpr int kMaxCheckpointJsonDepth = 64;
-inline constexpr size_t kMaxTensorNameBytes = 1024;
 // Largest chunk a writer makes: keeps one chunk's read buffer bounded.
 inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
 

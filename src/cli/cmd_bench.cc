@@ -5,7 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/loader_flags.h"
-#include "stoker/bench.h"
+#include "bench/bench.h"
 
 namespace stoker::cli {
 

@@ -9,7 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/loader_flags.h"
-#include "stoker/bench.h"
+#include "bench/bench.h"
 #include "stoker/gpu.h"
 
 namespace stoker::cli {

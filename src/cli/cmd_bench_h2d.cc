@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "gpu/h2d_bench.h"
 #include "stoker/gpu.h"
 
 namespace stoker::cli {

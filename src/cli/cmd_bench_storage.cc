@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
-#include "stoker/storage_bench.h"
+#include "bench/storage_bench.h"
 
 namespace stoker::cli {
 

@@ -1,7 +1,9 @@
-// stoker ckpt ls|show|verify|rm URI: the checkpoints under a root
+// stoker ckpt ls|show|get|verify|rm URI: the checkpoints under a root
 // (docs/checkpoint.md), for an operator.
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -27,9 +29,22 @@ std::string Shape(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// The local folder a root URI names (a path or file:///path), or "" for a
+// root elsewhere (rados://), where an empty prefix is just empty.
+std::string LocalFolder(const std::string& uri) {
+  if (uri.starts_with("file://")) return uri.substr(7);
+  return uri.find("://") == std::string::npos ? uri : "";
+}
+
 int Ls(Checkpointer& c, bool as_json) {
   auto list = c.List();
   if (!list.ok()) return Fail(list.status());
+  // A store lists a folder that is not there as empty: a mistyped root would
+  // look like a root without checkpoints.
+  if (const std::string folder = LocalFolder(c.uri());
+      list->empty() && !folder.empty() && !std::filesystem::is_directory(folder)) {
+    return Fail(NotFound("no checkpoint root at " + c.uri() + ": no such folder"));
+  }
   if (as_json) {
     nlohmann::ordered_json j = nlohmann::ordered_json::array();
     for (const CheckpointListing& l : *list) {
@@ -65,9 +80,74 @@ int Ls(Checkpointer& c, bool as_json) {
   return 0;
 }
 
+// Each rank's saved structure (docs/checkpoint.md §8), if it saved one:
+// (rank, structure) pairs. A rank without one (a flat set of tensors) is
+// left out; another error is returned.
+Result<std::vector<std::pair<uint32_t, StateStructure>>> Structures(Checkpointer& c,
+                                                                    const CheckpointManifest& m) {
+  std::vector<std::pair<uint32_t, StateStructure>> out;
+  for (const RankPart& r : m.ranks) {
+    auto s = ReadStateStructure(c, m.name, r.rank);
+    if (s.ok()) {
+      out.emplace_back(r.rank, std::move(*s));
+    } else if (s.status().code() != Code::kNotFound) {
+      return s.status();
+    }
+  }
+  return out;
+}
+
+const TensorInfo* TensorNamed(const CheckpointManifest& m, uint32_t rank, const std::string& n) {
+  for (const TensorInfo& t : m.ranks[rank].tensors) {
+    if (t.name == n) return &t;
+  }
+  return nullptr;
+}
+
+nlohmann::ordered_json StructureJson(const CheckpointManifest& m, uint32_t rank,
+                                     const StateStructure& s) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const StateEntry& e : s.entries()) {
+    nlohmann::ordered_json j = {{"rank", rank}, {"path", e.path}, {"type", e.type}};
+    if (!e.tensor.empty()) {
+      j["tensor"] = e.tensor;
+      if (const TensorInfo* t = TensorNamed(m, rank, e.tensor)) {
+        j["dtype"] = DTypeName(t->dtype);
+        j["shape"] = t->shape;
+      }
+    } else if (!e.value.empty()) {
+      j["value"] = nlohmann::ordered_json::parse(e.value, nullptr, false);
+    } else {
+      j["items"] = e.items;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void PrintStructure(const CheckpointManifest& m, uint32_t rank, const StateStructure& s) {
+  std::printf("\nSTRUCTURE (rank %u)\n", rank);
+  for (const StateEntry& e : s.entries()) {
+    const std::string key = e.path.empty() ? "(root)" : e.path;
+    std::string what = e.type;
+    if (!e.tensor.empty()) {
+      if (const TensorInfo* t = TensorNamed(m, rank, e.tensor)) {
+        what += " " + std::string(DTypeName(t->dtype)) + " " + Shape(t->shape);
+      }
+    } else if (!e.value.empty()) {
+      what += " " + e.value.substr(0, 60) + (e.value.size() > 60 ? "..." : "");
+    } else {
+      what += " of " + std::to_string(e.items);
+    }
+    std::printf("  %*s%-40s %s\n", 2 * e.depth, "", key.c_str(), what.c_str());
+  }
+}
+
 int Show(Checkpointer& c, const std::string& name, bool as_json) {
   auto m = c.ReadManifest(name);
   if (!m.ok()) return Fail(m.status());
+  auto structures = Structures(c, *m);
+  if (!structures.ok()) return Fail(structures.status());
   if (as_json) {
     nlohmann::ordered_json j;
     j["name"] = m->name;
@@ -87,6 +167,10 @@ int Show(Checkpointer& c, const std::string& name, bool as_json) {
                            {"shape", t.shape},
                            {"bytes", t.bytes}});
       }
+    }
+    auto& structure = j["structure"] = nlohmann::ordered_json::array();
+    for (const auto& [rank, st] : *structures) {
+      for (auto& e : StructureJson(*m, rank, st)) structure.push_back(std::move(e));
     }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -109,6 +193,39 @@ int Show(Checkpointer& c, const std::string& name, bool as_json) {
                   HumanBytes(double(t.bytes)).c_str());
     }
   }
+  for (const auto& [rank, st] : *structures) PrintStructure(*m, rank, st);
+  return 0;
+}
+
+// stoker ckpt get: the value at a key path, restored by C++ alone: a
+// scalar printed as JSON, a tensor's bytes written to `out`.
+int Get(Checkpointer& c, const std::string& name, const std::string& path, uint32_t rank,
+        const std::string& out) {
+  auto m = c.ReadManifest(name);
+  if (!m.ok()) return Fail(m.status());
+  auto s = ReadStateStructure(c, m->name, rank);
+  if (!s.ok()) return Fail(s.status());
+  auto e = s->Find(path);
+  if (!e.ok()) return Fail(e.status().WithContext(c.uri() + ": checkpoint " + m->name));
+  if (e->tensor.empty()) {
+    std::printf("%s\n", e->value.empty() ? (e->type + " of " + std::to_string(e->items)).c_str()
+                                         : e->value.c_str());
+    return 0;
+  }
+  if (out.empty()) {
+    return Fail(InvalidArgument("key path '" + path + "' holds a tensor: give --out FILE"));
+  }
+  const TensorInfo* t = TensorNamed(*m, rank, e->tensor);
+  if (t == nullptr) return Fail(Corruption("tensor '" + e->tensor + "' is not in the manifest"));
+  std::vector<std::byte> bytes(t->bytes);
+  auto got = RestoreStatePath(c, m->name, path, bytes, rank);
+  if (!got.ok()) return Fail(got.status());
+  FILE* f = std::fopen(out.c_str(), "wb");
+  if (f == nullptr) return Fail(ErrnoToStatus(errno, "open " + out));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (std::fclose(f) != 0 || !written) return Fail(ErrnoToStatus(errno, "write " + out));
+  std::printf("%s %s %s -> %s\n", path.c_str(), std::string(DTypeName(t->dtype)).c_str(),
+              Shape(t->shape).c_str(), out.c_str());
   return 0;
 }
 
@@ -129,8 +246,9 @@ int VerifyCkpt(Checkpointer& c, const std::string& name) {
 
 void RegisterCkpt(CLI::App& app, Action* action) {
   struct Args {
-    std::string uri, name;
+    std::string uri, name, path, out;
     std::vector<std::string> names;
+    uint32_t rank = 0;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -167,6 +285,20 @@ void RegisterCkpt(CLI::App& app, Action* action) {
     *action = [args, open] {
       auto c = open();
       return c.ok() ? VerifyCkpt(**c, args->name) : Fail(c.status());
+    };
+  });
+
+  auto* get = ckpt->add_subcommand(
+      "get", "The value at a key path of a saved state: a scalar printed, a tensor to --out");
+  get->add_option("URI", args->uri, "Checkpoint root")->required();
+  get->add_option("NAME", args->name, "Checkpoint name ('latest' for the latest)")->required();
+  get->add_option("PATH", args->path, "Key path, e.g. model.layer1.weight")->required();
+  get->add_option("--rank", args->rank, "Whose state (default 0)");
+  get->add_option("--out", args->out, "File for a tensor's raw bytes (little-endian, row-major)");
+  get->callback([args, action, open] {
+    *action = [args, open] {
+      auto c = open();
+      return c.ok() ? Get(**c, args->name, args->path, args->rank, args->out) : Fail(c.status());
     };
   });
 

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "cli/cli.h"
+#include "bench/bench.h"
 #include "cli/demo_torch.h"
-#include "stoker/bench.h"
 #include "stoker/pack.h"
 
 namespace stoker::cli {

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "doctor/internal.h"
+#include "gpu/h2d_bench.h"
 #include "stoker/gpu.h"
 
 namespace stoker {

@@ -11,6 +11,7 @@
 
 #include "gpu/cuda_util.h"
 #include "gpu/stager.h"
+#include "gpu/h2d_bench.h"
 #include "stoker/gpu.h"
 
 namespace stoker {

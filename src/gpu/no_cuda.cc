@@ -2,6 +2,7 @@
 // point says so, naming the device, so `device = "cuda:0"` fails at Open
 // with a message that tells how to get a CUDA build.
 #include "gpu/stager.h"
+#include "gpu/h2d_bench.h"
 #include "stoker/gpu.h"
 
 namespace stoker {

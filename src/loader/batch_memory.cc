@@ -30,14 +30,15 @@ BatchMemory::BatchMemory(size_t capacity, size_t alignment)
     capacity_ = AlignUp(capacity_, kHugePage);
     alignment = std::max(alignment, kHugePage);
   }
-  data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, capacity_ ? capacity_ : alignment));
-  if (data_ == nullptr) throw std::bad_alloc();
+  memory_ = internal::AllocateAligned(capacity_, alignment);
+  if (memory_ == nullptr) throw std::bad_alloc();
+  data_ = memory_.get();
   if (capacity_ >= kHugePage) (void)::madvise(data_, capacity_, MADV_HUGEPAGE);  // a hint only
 }
 
 BatchMemory::~BatchMemory() {
   pin_.reset();  // memory must be unpinned before it is freed
-  std::free(data_);
+  memory_.reset();
 }
 
 std::shared_ptr<BatchMemory> BufferPool::Get(size_t bytes) {

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "core/aligned_memory.h"
 #include "stoker/loader.h"
 
 namespace stoker {
@@ -45,6 +46,7 @@ class BatchMemory {
 
  private:
   std::shared_ptr<void> pin_;
+  internal::AlignedPtr memory_;  // what data_ points into
   std::byte* data_ = nullptr;
   size_t capacity_ = 0;
   size_t size_ = 0;

@@ -67,7 +67,7 @@ size_t DecodedSampleBytes(const DecodeOptions& o) {
 
 namespace {
 
-constexpr uint32_t kMaxSide = 8192;
+constexpr uint32_t kMaxSide = kMaxDecodeSide;
 constexpr uint32_t kMaxResizeShorter = 65536;
 
 std::string Num(double v) {

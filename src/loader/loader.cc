@@ -184,6 +184,7 @@ Status LoaderImpl::Init() {
     }
     STOKER_ASSIGN_OR_RETURN(stager_, gpu::Stager::Open(so));
   }
+  STOKER_RETURN_IF_ERROR(CheckResumeState(options_.start, manifest_, options_));
   return StartEpoch(options_.start.epoch, options_.start.position);
 }
 

@@ -110,7 +110,6 @@ class MeteringStoreImpl final : public StoreWrapper {
     }
     return std::unique_ptr<ObjectReader>(std::make_unique<MeteredReader>(std::move(*r), c_));
   }
-  bool local_reads() const override { return target()->local_reads(); }
 
   Status Put(std::string_view k, std::span<const std::byte> d) override {
     return Write([&] { return target()->Put(k, d); }, d.size());

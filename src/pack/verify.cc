@@ -1,7 +1,7 @@
 #include <memory>
 #include <vector>
 
-#include "loader/batch_memory.h"
+#include "core/aligned_memory.h"
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 
@@ -18,13 +18,19 @@ Result<VerifyReport> VerifyDataset(Store& store, const VerifyOptions& options) {
   ReadQueueOptions qo;
   qo.depth = std::max(1u, options.reads_in_flight);
   STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ReadQueue> queue, store.NewReadQueue(qo));
-  // One buffer per read in flight, reused.
-  std::vector<std::unique_ptr<BatchMemory>> buffers;
+  // One buffer per read in flight, reused; one byte longer than the largest
+  // shard, so that a shard that grew after packing (bytes appended) reads
+  // longer than the manifest says instead of looking whole.
+  std::vector<internal::AlignedPtr> buffers;
   std::vector<size_t> free_buffers;
   uint64_t max_bytes = 0;
   for (const auto& s : m.shards) max_bytes = std::max(max_bytes, s.bytes);
   for (uint32_t i = 0; i < qo.depth && i < m.shards.size(); ++i) {
-    buffers.push_back(std::make_unique<BatchMemory>(max_bytes, kDirectIoAlignment));
+    buffers.push_back(internal::AllocateAligned(max_bytes + 1, kDirectIoAlignment));
+    if (buffers.back() == nullptr) {
+      return NoSpace("verify " + store.uri() + ": out of memory for a " +
+                     std::to_string(max_bytes) + "-byte shard buffer");
+    }
     free_buffers.push_back(i);
   }
   std::vector<size_t> buffer_of(m.shards.size());
@@ -36,7 +42,7 @@ Result<VerifyReport> VerifyDataset(Store& store, const VerifyOptions& options) {
       const size_t buf = free_buffers.back();
       free_buffers.pop_back();
       buffer_of[next] = buf;
-      reqs.push_back({m.shards[next].key, 0, {buffers[buf]->data(), m.shards[next].bytes}, next});
+      reqs.push_back({m.shards[next].key, 0, {buffers[buf].get(), m.shards[next].bytes + 1}, next});
       ++next;
     }
     if (!reqs.empty()) STOKER_RETURN_IF_ERROR(queue->Submit(reqs));
@@ -53,13 +59,19 @@ Result<VerifyReport> VerifyDataset(Store& store, const VerifyOptions& options) {
         continue;
       }
       report.bytes_read += c.bytes;
+      if (c.bytes > info.bytes) {
+        problem({info.key, -1,
+                 Corruption(info.key + ": grown: more than the " + std::to_string(info.bytes) +
+                            " bytes the manifest says (bytes appended after packing?)")});
+        continue;
+      }
       if (c.bytes != info.bytes) {
         problem({info.key, -1,
                  Corruption(info.key + ": truncated: " + std::to_string(c.bytes) +
                             " bytes, the manifest says " + std::to_string(info.bytes))});
         continue;
       }
-      auto view = format::ShardView::Parse({buffers[buf]->data(), c.bytes},
+      auto view = format::ShardView::Parse({buffers[buf].get(), c.bytes},
                                            format::ExpectationFor(m, uint32_t(c.tag)));
       if (!view.ok()) {
         problem({info.key, -1, view.status()});

@@ -52,11 +52,7 @@ class MemoryReadQueue final : public ReadQueue {
     if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
     // Everything submitted is complete already, so min_completions (capped at
     // Outstanding) is always met and the deadline never matters.
-    const size_t n = ready_.size();
-    out->insert(out->end(), std::make_move_iterator(ready_.begin()),
-                std::make_move_iterator(ready_.end()));
-    ready_.clear();
-    return n;
+    return store_internal::MoveCompletions(ready_, out);
   }
 
   size_t Outstanding() const override { return ready_.size(); }
@@ -119,8 +115,6 @@ class MemoryStore final : public Store {
     return std::unique_ptr<ObjectReader>(std::make_unique<MemoryObjectReader>(std::move(object)));
   }
 
-  bool local_reads() const override { return true; }
-
   // Whole-object reads take one snapshot, so unlike the default (Stat, then
   // Read) they never see a concurrent Put change the size.
   Result<std::vector<std::byte>> ReadAll(std::string_view key) override {
@@ -140,6 +134,19 @@ class MemoryStore final : public Store {
       slot = std::move(object);
     }
     return Status::Ok();
+  }
+
+  Status Create(std::string_view key, std::span<const std::byte> data) override {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    auto object = std::make_shared<const Bytes>(data.begin(), data.end());
+    std::lock_guard lock(state_->mu);
+    auto [it, inserted] = state_->objects.try_emplace(std::string(key), std::move(object));
+    if (!inserted) return AlreadyExists(state_->uri + ": " + Quote(key) + ": exists");
+    return Status::Ok();
+  }
+
+  StoreCapabilities capabilities() const override {
+    return {.local_reads = true, .prefix_listing = true};
   }
 
   Result<ObjectInfo> Stat(std::string_view key) override {

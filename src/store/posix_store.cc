@@ -29,6 +29,7 @@
 #include <optional>
 #include <system_error>
 
+#include "core/aligned_memory.h"
 #include "core/stream_copy.h"
 #include "store/posix_internal.h"
 #include "store/store_internal.h"
@@ -118,16 +119,6 @@ ssize_t PreadOnce(int fd, void* dst, size_t length, uint64_t offset) {
   }
 }
 
-// A kDirectIoAlignment-aligned block, for the unaligned tail of direct reads.
-struct AlignedBlock {
-  AlignedBlock()
-      : data(static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, kDirectIoAlignment))) {}
-  ~AlignedBlock() { std::free(data); }
-  AlignedBlock(const AlignedBlock&) = delete;
-  AlignedBlock& operator=(const AlignedBlock&) = delete;
-  std::byte* data;
-};
-
 }  // namespace
 
 Result<size_t> PreadFully(int fd, uint64_t offset, std::span<std::byte> dst, bool direct,
@@ -144,12 +135,13 @@ Result<size_t> PreadFully(int fd, uint64_t offset, std::span<std::byte> dst, boo
     if (direct && n % kDirectIoAlignment != 0) return done;
   }
   if (done == dst.size()) return done;
-  AlignedBlock block;
-  if (block.data == nullptr) return IoError("read " + path + ": out of memory for bounce buffer");
-  const ssize_t n = PreadOnce(fd, block.data, kDirectIoAlignment, offset + done);
+  // A kDirectIoAlignment-aligned block for the unaligned tail.
+  internal::AlignedPtr block = internal::AllocateAligned(kDirectIoAlignment, kDirectIoAlignment);
+  if (block == nullptr) return IoError("read " + path + ": out of memory for bounce buffer");
+  const ssize_t n = PreadOnce(fd, block.get(), kDirectIoAlignment, offset + done);
   if (n < 0) return ReadErrorStatus(static_cast<int>(-n), path, direct);
   const size_t take = std::min(static_cast<size_t>(n), dst.size() - done);
-  std::memcpy(dst.data() + done, block.data, take);
+  std::memcpy(dst.data() + done, block.get(), take);
   return done + take;
 }
 
@@ -266,13 +258,9 @@ constexpr size_t kDirectPutBlock = 8ull << 20;
 
 // A thread's aligned bounce buffer for direct writes from unaligned memory.
 std::byte* DirectBounce() {
-  struct Buffer {
-    std::byte* data =
-        static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, kDirectPutBlock));
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  return buffer.data;
+  thread_local internal::AlignedPtr buffer =
+      internal::AllocateAligned(kDirectPutBlock, kDirectIoAlignment);
+  return buffer.get();
 }
 
 // Pieces shown to a Put's observer: small enough to be still in L2 when they
@@ -492,8 +480,6 @@ class PosixStore final : public Store {
     return std::unique_ptr<ObjectReader>(std::make_unique<PosixObjectReader>(fd, path));
   }
 
-  bool local_reads() const override { return IsLocalFileSystem(root_); }
-
   // Size and bytes from one open file: a Put replaces the object by rename,
   // never in place, so the open inode cannot change size under us.
   Result<std::vector<std::byte>> ReadAll(std::string_view key) override {
@@ -528,6 +514,20 @@ class PosixStore final : public Store {
   Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
                              const PutObserver& see) override {
     return Write(key, data, &see, /*defer=*/true);
+  }
+
+  // The object is written to a synced temporary file as by Put, then
+  // link(2)ed to its name, which fails (EEXIST) if the name exists: the
+  // file system lets exactly one link win, also over NFS.
+  Status Create(std::string_view key, std::span<const std::byte> data) override {
+    return Write(key, data, nullptr, /*defer=*/false, /*exclusive=*/true);
+  }
+  Status CreateDeferred(std::string_view key, std::span<const std::byte> data) override {
+    return Write(key, data, nullptr, /*defer=*/true, /*exclusive=*/true);
+  }
+
+  StoreCapabilities capabilities() const override {
+    return {.local_reads = IsLocalFileSystem(root_), .prefix_listing = true};
   }
 
   Status SyncDeferred() override {
@@ -642,7 +642,7 @@ class PosixStore final : public Store {
   // file and directory fsyncs are left to SyncDeferred() where it covers the
   // file (the root's local file system, not a mount below it).
   Status Write(std::string_view key, std::span<const std::byte> data, const PutObserver* see,
-               bool defer) {
+               bool defer, bool exclusive = false) {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
     const std::string path = JoinPath(root_, key);
     const std::string dir = ParentOf(path);
@@ -701,7 +701,15 @@ class PosixStore final : public Store {
     if (st.ok() && !deferred && ::fsync(fd) != 0) st = SysError("fsync", tmp);
     // close reports deferred write errors on some filesystems (NFS).
     if (::close(fd) != 0 && st.ok() && errno != EINTR) st = SysError("close", tmp);
-    if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (st.ok() && exclusive) {
+      if (::link(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        st = err == EEXIST ? AlreadyExists(path + ": exists")
+                           : ErrnoToStatus(err, "link " + tmp + " to " + path);
+      }
+      ::unlink(tmp.c_str());
+      if (!st.ok()) return st.WithContext("create " + Quote(key));
+    } else if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
       const int err = errno;
       st = ErrnoToStatus(err, "rename " + tmp + " to " + path);
     }

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "store/posix_internal.h"
+#include "store/store_internal.h"
 
 namespace stoker::posix {
 
@@ -129,11 +130,7 @@ class ThreadQueueCore final : public IoThreadPool::Client {
     } else {
       cv_.wait_until(lock, deadline, enough);
     }
-    const size_t n = ready_.size();
-    out->insert(out->end(), std::make_move_iterator(ready_.begin()),
-                std::make_move_iterator(ready_.end()));
-    ready_.clear();
-    return n;
+    return store_internal::MoveCompletions(ready_, out);
   }
 
   // Drops requests not yet started and waits for the running ones, which
@@ -179,12 +176,7 @@ class ThreadReadQueue final : public ReadQueue {
     if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
     const size_t min = std::min(min_completions, outstanding_);
     const size_t n = core_->Take(min, deadline, out);
-    outstanding_ -= n;
-    if (n < min) {
-      return TimedOut("read queue: " + std::to_string(n) + " of " + std::to_string(min) +
-                      " completions arrived by the deadline");
-    }
-    return n;
+    return store_internal::EndWait(n, min, &outstanding_, "read queue");
   }
 
   size_t Outstanding() const override { return outstanding_; }

@@ -25,7 +25,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/aligned_memory.h"
 #include "store/posix_internal.h"
+#include "store/store_internal.h"
 
 namespace stoker::posix {
 
@@ -114,7 +116,6 @@ class UringReadQueue final : public ReadQueue {
       if (rc < 0) break;  // a broken ring; exiting it cancels what is left
       Reap();
     }
-    for (Op& op : ops_) std::free(op.bounce);
     ops_.clear();
     files_.clear();
     io_uring_queue_exit(&ring_);
@@ -162,16 +163,8 @@ class UringReadQueue final : public ReadQueue {
         return broken_;
       }
     }
-    const size_t n = ready_.size();
-    out->insert(out->end(), std::make_move_iterator(ready_.begin()),
-                std::make_move_iterator(ready_.end()));
-    ready_.clear();
-    outstanding_ -= n;
-    if (n < min) {
-      return TimedOut("read queue: " + std::to_string(n) + " of " + std::to_string(min) +
-                      " completions arrived by the deadline");
-    }
-    return n;
+    const size_t n = store_internal::MoveCompletions(ready_, out);
+    return store_internal::EndWait(n, min, &outstanding_, "read queue");
   }
 
   size_t Outstanding() const override { return outstanding_; }
@@ -213,7 +206,7 @@ class UringReadQueue final : public ReadQueue {
     bool in_tail = false;
     bool in_kernel = false;       // an SQE of this op is in the ring
     uint64_t sqe_data = 0;        // that SQE's user_data, for cancellation
-    std::byte* bounce = nullptr;  // aligned_alloc'ed on first need, kept
+    internal::AlignedPtr bounce;  // allocated on first need, kept
   };
 
   UringReadQueue(std::string root, const ReadQueueOptions& options)
@@ -339,23 +332,22 @@ class UringReadQueue final : public ReadQueue {
       // A buffered read of cached pages would otherwise be served inline,
       // in this one submitting thread (the loader's reader): the kernel's
       // copies of every hot shard on one core. IOSQE_ASYNC hands each read to
-      // io_uring's worker threads, so hot copies run on every core (this VM,
-      // 2 vCPUs, 1 GB of hot 4 MiB shards, 3 epochs: 2,296 -> 3,000 MB/s
-      // median of 3; cold unchanged or better, 977 -> 1,086; an H200 VM, 16
-      // vCPUs, into HBM: 4.3 -> 15.8 GB/s). Direct reads never hit the page
-      // cache and stay inline-submitted.
+      // io_uring's worker threads, so hot copies run on every core (faster
+      // hot, cold unchanged: docs/benchmarks.md, "io_uring with
+      // IOSQE_ASYNC"). Direct reads never hit the page cache and stay
+      // inline-submitted.
       if (!direct_) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     } else {
       if (op.bounce == nullptr) {
-        op.bounce =
-            static_cast<std::byte*>(std::aligned_alloc(kDirectIoAlignment, kDirectIoAlignment));
+        op.bounce = internal::AllocateAligned(kDirectIoAlignment, kDirectIoAlignment);
         if (op.bounce == nullptr) {
           io_uring_prep_nop(sqe);  // the SQE is taken; give it something harmless
           io_uring_sqe_set_data64(sqe, kCancelData);
           return Finish(slot, IoError("out of memory for a direct_io bounce buffer"));
         }
       }
-      io_uring_prep_read(sqe, op.file->fd, op.bounce, kDirectIoAlignment, op.offset + op.done);
+      io_uring_prep_read(sqe, op.file->fd, op.bounce.get(), kDirectIoAlignment,
+                         op.offset + op.done);
     }
     Queued(slot, sqe, slot);
   }
@@ -407,7 +399,7 @@ class UringReadQueue final : public ReadQueue {
     const auto n = static_cast<size_t>(res);
     if (op.in_tail) {
       const size_t take = std::min(n, op.dst.size() - op.done);
-      std::memcpy(op.dst.data() + op.done, op.bounce, take);
+      std::memcpy(op.dst.data() + op.done, op.bounce.get(), take);
       op.done += take;
       return Finish(slot, Status::Ok());
     }

@@ -115,6 +115,8 @@ Status ErrorToStatus(int rc, const ErrorContext& ctx) {
   switch (err) {
     case ENOENT:
       return NotFound(where + ": no such object" + tail);
+    case EEXIST:
+      return AlreadyExists(where + ": the object exists" + tail);
     case ETIMEDOUT: {
       std::string m = where + ": timed out";
       if (ctx.timeout_s > 0) m += " after " + std::to_string(ctx.timeout_s) + " s";
@@ -122,7 +124,8 @@ Status ErrorToStatus(int rc, const ErrorContext& ctx) {
     }
     case EPERM:
     case EACCES: {
-      const bool writes = ctx.op == "put" || ctx.op == "remove" || ctx.op == "write";
+      const bool writes =
+          ctx.op == "put" || ctx.op == "create" || ctx.op == "remove" || ctx.op == "write";
       return PermissionDenied(where + ": " + client + " may not " +
                               (writes ? "write to" : "read from") + " pool " +
                               std::string(ctx.pool) + " (refused by its cephx caps)" + tail);
@@ -508,10 +511,7 @@ class QueueCore final : public std::enable_shared_from_this<QueueCore> {
       } else {
         cv_.wait_until(lock, deadline, enough);
       }
-      n = ready_.size();
-      out->insert(out->end(), std::make_move_iterator(ready_.begin()),
-                  std::make_move_iterator(ready_.end()));
-      ready_.clear();
+      n = store_internal::MoveCompletions(ready_, out);
       finished.swap(finished_);
     }
     for (rados_completion_t c : finished) rados_aio_release(c);
@@ -652,12 +652,8 @@ class RadosReadQueue final : public ReadQueue {
     if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
     const size_t min = std::min(min_completions, outstanding_);
     const size_t n = core_->Take(min, deadline, out);
-    outstanding_ -= n;
-    if (n < min) {
-      return TimedOut("read queue on rados://" + cluster_->pool + ": " + std::to_string(n) +
-                      " of " + std::to_string(min) + " completions arrived by the deadline");
-    }
-    return n;
+    return store_internal::EndWait(n, min, &outstanding_,
+                                   "read queue on rados://" + cluster_->pool);
   }
 
   size_t Outstanding() const override { return outstanding_; }
@@ -722,23 +718,13 @@ class RadosStore final : public Store {
   }
 
   Status Put(std::string_view key, std::span<const std::byte> data) override {
-    STOKER_RETURN_IF_ERROR(ValidateKey(key));
-    const std::string object = cluster_->ObjectName(key);
-    if (data.size() > cluster_->max_object_bytes) {
-      return InvalidArgument("put rados://" + cluster_->pool + "/" + object + ": " +
-                             std::to_string(data.size()) +
-                             " bytes is larger than a RADOS object may be (osd_max_object_size " +
-                             std::to_string(cluster_->max_object_bytes) + " bytes)");
-    }
-    rados_write_op_t op = rados_create_write_op();
-    rados_write_op_write_full(op, reinterpret_cast<const char*>(data.data()), data.size());
-    // FULL_TRY: a full pool answers ENOSPC/EDQUOT instead of holding the
-    // write until there is room.
-    const int rc = rados_write_op_operate(op, cluster_->io, object.c_str(), nullptr,
-                                          LIBRADOS_OPERATION_FULL_TRY);
-    rados_release_write_op(op);
-    if (rc < 0) return cluster_->Error(rc, "put", object);
-    return Status::Ok();
+    return Write(key, data, /*exclusive=*/false);
+  }
+
+  // One operation: an exclusive create (EEXIST, AlreadyExists, when the
+  // object exists) and the write, applied together by the OSD.
+  Status Create(std::string_view key, std::span<const std::byte> data) override {
+    return Write(key, data, /*exclusive=*/true);
   }
 
   Result<ObjectInfo> Stat(std::string_view key) override {
@@ -840,6 +826,27 @@ class RadosStore final : public Store {
     }
     if (!first_error.ok()) return first_error.WithContext("list " + uri_);
     return out;
+  }
+
+  Status Write(std::string_view key, std::span<const std::byte> data, bool exclusive) {
+    STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    const std::string object = cluster_->ObjectName(key);
+    if (data.size() > cluster_->max_object_bytes) {
+      return InvalidArgument("put rados://" + cluster_->pool + "/" + object + ": " +
+                             std::to_string(data.size()) +
+                             " bytes is larger than a RADOS object may be (osd_max_object_size " +
+                             std::to_string(cluster_->max_object_bytes) + " bytes)");
+    }
+    rados_write_op_t op = rados_create_write_op();
+    if (exclusive) rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
+    rados_write_op_write_full(op, reinterpret_cast<const char*>(data.data()), data.size());
+    // FULL_TRY: a full pool answers ENOSPC/EDQUOT instead of holding the
+    // write until there is room.
+    const int rc = rados_write_op_operate(op, cluster_->io, object.c_str(), nullptr,
+                                          LIBRADOS_OPERATION_FULL_TRY);
+    rados_release_write_op(op);
+    if (rc < 0) return cluster_->Error(rc, exclusive ? "create" : "put", object);
+    return Status::Ok();
   }
 
   std::shared_ptr<Cluster> cluster_;

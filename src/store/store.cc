@@ -56,6 +56,23 @@ Status ValidatePrefix(std::string_view prefix) {
   return Status::Ok();
 }
 
+size_t MoveCompletions(std::vector<ReadCompletion>& ready, std::vector<ReadCompletion>* out) {
+  const size_t n = ready.size();
+  out->insert(out->end(), std::make_move_iterator(ready.begin()),
+              std::make_move_iterator(ready.end()));
+  ready.clear();
+  return n;
+}
+
+Result<size_t> EndWait(size_t n, size_t min, size_t* outstanding, std::string_view queue) {
+  *outstanding -= n;
+  if (n < min) {
+    return TimedOut(std::string(queue) + ": " + std::to_string(n) + " of " + std::to_string(min) +
+                    " completions arrived by the deadline");
+  }
+  return n;
+}
+
 Status ValidateFolder(std::string_view folder) {
   if (folder.size() < 2 || folder.back() != '/') {
     return InvalidArgument("invalid folder " + Quote(folder) +
@@ -152,6 +169,11 @@ Status Store::RemoveFolder(std::string_view folder) {
     if (!s.ok() && s.code() != Code::kNotFound) return s;
   }
   return Status::Ok();
+}
+
+Status Store::Create(std::string_view key, std::span<const std::byte>) {
+  return Unsupported("create of " + Quote(key) + " at " + uri() +
+                     ": this store has no exclusive create (Store::Create)");
 }
 
 Status Store::PutObservedDeferred(std::string_view key, std::span<const std::byte> data,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "stoker/status.h"
 #include "stoker/store.h"
@@ -23,6 +24,15 @@ Status ValidatePrefix(std::string_view prefix);
 // A folder for Store::RemoveFolder: a valid key followed by '/'.
 // InvalidArgument otherwise.
 Status ValidateFolder(std::string_view folder);
+
+// The end of every backend's ReadQueue::Wait, written once: `n`
+// completions were moved out (MoveCompletions); counts them off
+// `*outstanding` and returns n, or TimedOut naming `queue` when fewer than
+// `min` arrived by the deadline (those that did are in the caller's `out`).
+Result<size_t> EndWait(size_t n, size_t min, size_t* outstanding, std::string_view queue);
+
+// Moves every completion of `ready` to the end of `out`; returns how many.
+size_t MoveCompletions(std::vector<ReadCompletion>& ready, std::vector<ReadCompletion>* out);
 
 // The process-wide memory store called `name` (mem://NAME); created on first
 // use and kept for the life of the process.

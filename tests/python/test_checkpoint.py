@@ -736,3 +736,54 @@ assert "torch" not in sys.modules
 """
     result = run_python(code)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_cli_shows_and_restores_a_python_state_by_key_path(tmp_path):
+    # C++ alone (the stoker command) reads the structure document that
+    # stoker.save wrote: keys, types, shapes, scalars, and a tensor by key path.
+    binary = os.environ.get("STOKER_BIN")
+    if not binary:
+        pytest.skip("STOKER_BIN (the stoker command) not set; ctest sets it")
+    root = str(tmp_path / "ckpt")
+    w = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    stoker.save({"model": {"layer1.weight": w}, "optim": {"param_groups": [{"lr": 0.5}]},
+                 "step": 7}, root, name="py", rank=0, world_size=1)
+    show = subprocess.run([binary, "ckpt", "show", "--json", root, "py"], capture_output=True,
+                          text=True, check=True)
+    entries = {e["path"]: e for e in json.loads(show.stdout)["structure"]}
+    assert entries["model.layer1.weight"]["type"] == "tensor"
+    assert entries["model.layer1.weight"]["dtype"] == "float32"
+    assert entries["model.layer1.weight"]["shape"] == [3, 4]
+    assert entries["optim.param_groups.0.lr"]["value"] == 0.5
+    assert entries["step"]["value"] == 7
+    human = subprocess.run([binary, "ckpt", "show", root, "py"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "STRUCTURE (rank 0)" in human and "float32 [3,4]" in human
+    step = subprocess.run([binary, "ckpt", "get", root, "py", "step"], capture_output=True,
+                          text=True, check=True)
+    assert step.stdout.strip() == "7"
+    out = tmp_path / "w.bin"
+    subprocess.run([binary, "ckpt", "get", root, "py", "model.layer1.weight", "--out", str(out)],
+                   check=True, capture_output=True)
+    assert out.read_bytes() == w.numpy().tobytes()
+    missing = subprocess.run([binary, "ckpt", "get", root, "py", "model.nope"],
+                             capture_output=True, text=True)
+    assert missing.returncode == 12 and "no value at key path 'model.nope'" in missing.stderr
+
+
+def test_two_processes_saving_at_once_get_different_automatic_names(tmp_path):
+    root = str(tmp_path / "ckpt")
+    code = ("import numpy as np, stoker\n"
+            f"names = [stoker.save({{'x': np.ones(4)}}, {root!r}, rank=0, world_size=1)"
+            " for _ in range(6)]\n"
+            "print(' '.join(names))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ)) for _ in range(2)]
+    names = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        names += out.split()
+    assert len(names) == 12 and len(set(names)) == 12, names
+    listed = [e["name"] for e in stoker.Checkpointer(root).list()]
+    assert sorted(listed) == sorted(names)

@@ -1,6 +1,7 @@
 // The storage benchmark: the access patterns a training job puts on a store,
 // on any backend (file://, rados://, mem://), as a built-in counterpart of
-// fio and `rados bench`. Behind `stoker bench storage`.
+// fio and `rados bench`. Behind `stoker bench storage`; internal to the bench
+// module (src/bench/), not part of the library API.
 //
 //   write  whole objects of object_bytes, `depth` Puts in flight (one writer
 //          thread each), as pack and checkpoints write;

@@ -7,6 +7,8 @@
 // same decode code as the Loader, so a comparison measures the I/O pattern
 // and nothing else.
 //
+// Internal to the bench module (src/bench/), not part of the library API.
+//
 // Thread safety: a PerFileLoader is used by one thread at a time, like a
 // Loader; the functions are reentrant.
 #pragma once

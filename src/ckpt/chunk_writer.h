@@ -1,0 +1,77 @@
+// Writing one rank's tensors as chunks (docs/checkpoint.md §3.1, §4), and
+// the staging area an asynchronous save snapshots them into. Internal.
+//
+// Thread safety: a ChunkWriter may write several saves at once (it keeps no
+// state between calls); a StagingArea belongs to one save at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/parallel.h"
+#include "core/aligned_memory.h"
+#include "stoker/checkpoint.h"
+
+namespace stoker::ckpt {
+
+// One piece of a chunk: bytes of one tensor.
+struct Segment {
+  const std::byte* src = nullptr;
+  size_t bytes = 0;
+};
+
+// One chunk to write: its place in the rank's stream and its pieces.
+struct ChunkPlan {
+  uint64_t offset = 0, bytes = 0;
+  std::vector<Segment> segments;
+};
+
+// Where the writer cuts a rank's stream (§3.1: the writer's choice). Tensors
+// of at least a sixteenth of the chunk size get chunks of their own, at most
+// `chunk` bytes each, written straight from their memory and read straight
+// into their place; smaller ones share chunks of up to `chunk` bytes,
+// gathered on save and scattered on restore, which costs a copy of only the
+// small tensors.
+std::vector<ChunkPlan> PlanChunks(std::span<const TensorRef> tensors, uint64_t chunk);
+
+// The part's tensors (names, types, shapes, places in the stream), without
+// chunks.
+RankPart DescribeTensors(std::span<const TensorRef> tensors);
+
+// Host memory an asynchronous save copies its tensors into, kept and reused
+// by the next one (grown when a save needs more).
+class StagingArea {
+ public:
+  // Copies `tensors` back to back into the area, on up to 16 threads;
+  // returns the same tensors pointing into it.
+  Result<std::vector<TensorRef>> Snapshot(std::span<const TensorRef> tensors);
+
+ private:
+  std::unique_ptr<internal::MappedMemory> memory_;
+};
+
+class ChunkWriter {
+ public:
+  ChunkWriter(std::shared_ptr<Store> store, uint32_t io_threads, RetryPolicy retry)
+      : store_(std::move(store)), io_threads_(io_threads), retry_(retry) {}
+
+  // §1.1 step 1: writes the chunks of `rank`'s stream of checkpoint `name` in
+  // parallel, each checksummed as it is written and retried per the policy,
+  // then makes them durable together (Store::SyncDeferred); returns the part
+  // with its chunks.
+  Result<RankPart> Write(const std::string& name, uint32_t rank, std::span<const TensorRef> tensors,
+                         uint64_t chunk_bytes);
+
+  // Puts a small object (a part record, a manifest) durably, with retries.
+  Status PutSmall(const std::string& key, std::span<const std::byte> data);
+
+ private:
+  std::shared_ptr<Store> store_;
+  uint32_t io_threads_;
+  RetryPolicy retry_;
+};
+
+}  // namespace stoker::ckpt

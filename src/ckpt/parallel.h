@@ -1,0 +1,50 @@
+// Small helpers the checkpointer's parts share (internal): a parallel loop
+// over indices and the names that messages about a chunk give.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stoker/checkpoint.h"
+
+namespace stoker::ckpt {
+
+// The number of workers ParallelFor uses for `n` items and `threads`.
+size_t Workers(size_t n, uint32_t threads);
+
+// Runs fn(i, worker) for i in 0..n-1 on Workers(n, threads) threads (worker
+// in 0..Workers-1, for per-worker scratch); the first error stops the others
+// from taking new indices and is returned.
+Status ParallelFor(size_t n, uint32_t threads, const std::function<Status(size_t, size_t)>& fn);
+
+// "a, b, c, and 5 more".
+std::string JoinNames(const std::vector<std::string>& v, size_t max = 8);
+
+// Names of the tensors of `part` that overlap [offset, offset + bytes) of its
+// stream: what a message about a chunk names.
+std::vector<std::string> TensorsIn(const RankPart& part, uint64_t offset, uint64_t bytes);
+
+// " (rank R, tensors a, b)" for a chunk's messages.
+std::string ChunkContext(const RankPart& part, const ChunkInfo& chunk);
+
+}  // namespace stoker::ckpt
+
+namespace stoker::ckpt {
+
+// Retries of a write whose error is retryable (CheckpointerOptions::
+// write_retries and retry_backoff). A local stand-in for a retrying store
+// wrapper: the checkpointer's writes go through WithRetries only.
+struct RetryPolicy {
+  uint32_t retries = 3;
+  std::chrono::milliseconds backoff{200};
+};
+
+// Runs `op` until it succeeds, fails with an error that is not retryable, or
+// has been retried `retries` times (doubling the wait each time). A
+// retryable error that remains says how many attempts were made.
+Status WithRetries(const RetryPolicy& policy, const std::function<Status()>& op);
+
+}  // namespace stoker::ckpt
