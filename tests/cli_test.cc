@@ -155,16 +155,19 @@ TEST(CliTest, ErrorsNameWhatAndWhere) {
 TEST(CliTest, DemoRunsSmallAndWritesJson) {
   TempDir d;
   const std::string json = (d.path() / "demo.json").string();
-  auto r = Stoker("demo --images 40 --batch-size 8 --compute-ms 1 --dir " +
-                  (d.path() / "work").string() + " --json " + json);
+  auto r = Stoker(
+      "demo --images 40 --batch-size 8 --steps 2 --warmup-steps 1 "
+      "--max-accelerators 2 --storage local --no-torch --dir " +
+      (d.path() / "work").string() + " --json " + json);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("per-file loader"), std::string::npos);
+  EXPECT_NE(r.out.find("this node, this storage: per-file keeps"), std::string::npos) << r.out;
   std::ifstream in(json);
   ASSERT_TRUE(in) << json;
   auto j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["per_file"]["samples"], 40);
-  EXPECT_EQ(j["stoker"]["samples"], 40);
-  EXPECT_GT(j["stoker"]["accelerator_utilisation"].get<double>(), 0);
+  EXPECT_EQ(j["storage"]["mode"], "local");
+  EXPECT_FALSE(j["per_file"]["trials"].empty());
+  EXPECT_FALSE(j["stoker"]["trials"].empty());
+  EXPECT_GT(j["stoker"]["trials"][0]["samples_per_s"].get<double>(), 0);
   EXPECT_FALSE(fs::exists(d.path() / "work"));  // cleaned up without --keep
 
   // It refuses to take over a folder that is not its own.
