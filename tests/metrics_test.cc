@@ -138,6 +138,9 @@ TEST(MetricsTest, MeteredLoaderCountsWhatTheLoaderDelivers) {
   EXPECT_EQ(delta("stoker_loader_delivered_samples_total"), double(stats.samples_delivered));
   EXPECT_EQ(delta("stoker_loader_delivered_batches_total"), 5);
   EXPECT_EQ(delta("stoker_loader_read_bytes_total"), double(stats.bytes_read));
+  // No node cache: every byte read came from the store itself.
+  EXPECT_EQ(delta("stoker_loader_remote_bytes_total"), double(stats.bytes_read));
+  EXPECT_EQ(delta("stoker_loader_cache_hits_total"), 0);
   EXPECT_EQ(delta("stoker_loader_delivered_bytes_total"), double(bytes));
   EXPECT_EQ(delta("stoker_loader_data_wait_seconds_count"), 6);  // 5 batches + the end
   EXPECT_EQ(Value(t1, "stoker_loaders "), 0);

@@ -114,6 +114,13 @@ void Registry::Fold(LoaderWatch& w, const LoaderStats& now) {
   batches_ += Delta(now.batches_delivered, last.batches_delivered);
   retries_ += Delta(now.read_retries, last.read_retries);
   h2d_bytes_ += Delta(now.h2d_bytes, last.h2d_bytes);
+  remote_bytes_ += Delta(now.remote_bytes, last.remote_bytes);
+  cache_bytes_ += Delta(now.cache_bytes, last.cache_bytes);
+  cache_hits_ += Delta(now.cache_hits, last.cache_hits);
+  cache_misses_ += Delta(now.cache_misses, last.cache_misses);
+  cache_fetch_waits_ += Delta(now.cache_fetch_waits, last.cache_fetch_waits);
+  cache_evictions_ += Delta(now.cache_evictions, last.cache_evictions);
+  cache_refetches_ += Delta(now.cache_refetches, last.cache_refetches);
   h2d_seconds_ +=
       Seconds(now.h2d_time >= last.h2d_time ? now.h2d_time - last.h2d_time : now.h2d_time);
   w.last = now;
@@ -175,6 +182,22 @@ std::vector<MetricFamily> Registry::Collect() {
          data_wait);
   f.Counter("stoker_loader_h2d_bytes_total", "Bytes the loaders copied to GPU memory.",
             double(h2d_bytes_));
+  f.Counter("stoker_loader_remote_bytes_total",
+            "Bytes the loaders read from the remote store (the node cache's fetches when there "
+            "is one).",
+            double(remote_bytes_));
+  f.Counter("stoker_loader_cache_served_bytes_total",
+            "Bytes the node cache served from its folder.", double(cache_bytes_));
+  f.Counter("stoker_loader_cache_hits_total", "Shard reads the node cache served.",
+            double(cache_hits_));
+  f.Counter("stoker_loader_cache_misses_total", "Shard reads the node cache had to fetch.",
+            double(cache_misses_));
+  f.Counter("stoker_loader_cache_fetch_waits_total",
+            "Shard reads that waited for another process's fetch.", double(cache_fetch_waits_));
+  f.Counter("stoker_loader_cache_evictions_total", "Shards the node cache evicted.",
+            double(cache_evictions_));
+  f.Counter("stoker_loader_cache_refetches_total", "Bad cache files dropped and fetched again.",
+            double(cache_refetches_));
   f.Counter("stoker_loader_h2d_seconds_total",
             "Time the loaders' host-to-device copies kept the copy engine busy.", h2d_seconds_);
   f.Gauge("stoker_loader_peak_buffer_bytes",

@@ -80,6 +80,9 @@ class Registry {
   // Loader totals, sums of the deltas folded in.
   uint64_t shards_read_ = 0, bytes_read_ = 0, samples_ = 0, batches_ = 0, retries_ = 0;
   uint64_t h2d_bytes_ = 0;
+  // The node cache (LoaderStats::remote_bytes, cache_*).
+  uint64_t remote_bytes_ = 0, cache_bytes_ = 0, cache_hits_ = 0, cache_misses_ = 0;
+  uint64_t cache_fetch_waits_ = 0, cache_evictions_ = 0, cache_refetches_ = 0;
   double h2d_seconds_ = 0;
 };
 
