@@ -54,8 +54,12 @@ TEST(CommTest, CheckedValuesAreExactInEveryDtype) {
       const int range = ValueRange(d, ranks);
       ASSERT_GE(range, 1);
       const double largest_sum = double(range) * ranks;
-      if (d == CommDtype::kBFloat16) EXPECT_LE(largest_sum, 256) << ranks;
-      if (d == CommDtype::kFloat16) EXPECT_LE(largest_sum, 2048) << ranks;
+      if (d == CommDtype::kBFloat16) {
+        EXPECT_LE(largest_sum, 256) << ranks;
+      }
+      if (d == CommDtype::kFloat16) {
+        EXPECT_LE(largest_sum, 2048) << ranks;
+      }
     }
   }
   // Inputs depend on the rank and the index.

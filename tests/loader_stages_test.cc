@@ -133,7 +133,9 @@ TEST(LoaderStagesTest, PoolMemoryDoesNotGrowFromEpochToEpoch) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   uint64_t after_second = 0;
   for (uint64_t epoch = 0; epoch < 8; ++epoch) {
-    if (epoch > 0) ASSERT_TRUE((*l)->StartEpoch(epoch).ok());
+    if (epoch > 0) {
+      ASSERT_TRUE((*l)->StartEpoch(epoch).ok());
+    }
     EXPECT_EQ(ReadChecked(**l, p).size(), 600u);
     if (epoch == 1) after_second = (*l)->stats().peak_buffer_bytes;
   }
