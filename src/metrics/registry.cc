@@ -126,14 +126,17 @@ void Registry::Fold(LoaderWatch& w, const LoaderStats& now) {
   w.last = now;
 }
 
-double Registry::H2dSecondsNow() {
+std::vector<std::shared_ptr<LoaderWatch>> Registry::LiveWatches() {
   std::vector<std::shared_ptr<LoaderWatch>> watches;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& p : loaders_) {
-      if (auto w = p.lock()) watches.push_back(std::move(w));
-    }
+  std::lock_guard lock(mu_);
+  for (auto& p : loaders_) {
+    if (auto w = p.lock()) watches.push_back(std::move(w));
   }
+  return watches;
+}
+
+double Registry::H2dSecondsNow() {
+  const std::vector<std::shared_ptr<LoaderWatch>> watches = LiveWatches();
   for (auto& w : watches) {
     std::lock_guard lock(w->mu);
     if (w->loader != nullptr) Fold(*w, w->loader->stats());
@@ -146,13 +149,7 @@ std::vector<MetricFamily> Registry::Collect() {
   Families f;
   // Loaders first: reading their stats takes each watch's lock, then ours.
   uint64_t buffer_bytes = 0, device_bytes = 0, pinned_bytes = 0, live = 0;
-  std::vector<std::shared_ptr<LoaderWatch>> watches;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& p : loaders_) {
-      if (auto w = p.lock()) watches.push_back(std::move(w));
-    }
-  }
+  const std::vector<std::shared_ptr<LoaderWatch>> watches = LiveWatches();
   for (auto& w : watches) {
     std::lock_guard lock(w->mu);
     if (w->loader == nullptr) continue;

@@ -55,6 +55,8 @@ class Registry {
   void Watch(const std::shared_ptr<LoaderWatch>& w);
   // Adds what `now` holds beyond `w.last` to the totals; `w.mu` is held.
   void Fold(LoaderWatch& w, const LoaderStats& now);
+  // The watches of loaders still alive (taken under mu_, used without it).
+  std::vector<std::shared_ptr<LoaderWatch>> LiveWatches();
 
   Histogram data_wait{LatencyBuckets()};
   std::atomic<uint64_t> delivered_bytes{0};
