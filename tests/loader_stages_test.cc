@@ -461,16 +461,25 @@ TEST(LoaderStagesTest, CorruptImagesAreSkippedAndCountedWhenAsked) {
   o.decode.skip_corrupt = true;
   auto l = Loader::Open(p.uri, o);
   ASSERT_TRUE(l.ok());
-  uint64_t samples = 0;
+  uint64_t samples = 0, skipped = 0;
   for (auto b = (*l)->Next(); b.ok(); b = (*l)->Next()) {
     const auto* image = b->image("image");
     ASSERT_NE(image, nullptr);
     EXPECT_TRUE(std::all_of(image->data.begin(), image->data.end(),
                             [](std::byte x) { return x == std::byte{0}; }));
+    EXPECT_EQ(b->corrupt_skipped(), b->size());
     samples += b->size();
+    skipped += b->corrupt_skipped();
   }
   EXPECT_EQ(samples, 40u);
+  EXPECT_EQ(skipped, 40u);
   EXPECT_EQ((*l)->stats().decode_skipped, 40u);
+  // The next epoch, built ahead but not yet taken, is not counted.
+  ASSERT_TRUE((*l)->StartEpoch(1).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ((*l)->stats().decode_skipped, 40u);
+  ASSERT_TRUE((*l)->Next().ok());
+  EXPECT_EQ((*l)->stats().decode_skipped, 48u);
 }
 #endif
 

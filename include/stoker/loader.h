@@ -179,7 +179,9 @@ struct LoaderStats {
   uint64_t samples_delivered = 0;
   uint64_t batches_delivered = 0;
   uint64_t read_retries = 0;
-  // Corrupt images zero-filled and counted (DecodeOptions::skip_corrupt).
+  // Corrupt images zero-filled (DecodeOptions::skip_corrupt), counted in the
+  // batches delivered (not in those built ahead): the sum of their
+  // Batch::corrupt_skipped().
   uint64_t decode_skipped = 0;
   // Batches built by more than one worker: how well the work spreads.
   uint64_t shared_batches = 0;
@@ -251,6 +253,9 @@ class Batch {
   const BytesColumn* bytes(std::string_view name) const;
   const Int64Column* int64(std::string_view name) const;
   const ImageColumn* image(std::string_view name) const;
+  // Images of this batch that were not decodable and were zero-filled
+  // (DecodeOptions::skip_corrupt); 0 otherwise.
+  uint64_t corrupt_skipped() const { return corrupt_skipped_; }
   // The resume state once this batch has been consumed.
   LoaderState state_after() const { return state_after_; }
   // The buffer holding every array of the batch (for zero-copy exporters,
@@ -274,6 +279,7 @@ class Batch {
   std::shared_ptr<BatchMemory> memory_;
   std::shared_ptr<DeviceBatch> device_;
   uint64_t epoch_ = 0, index_ = 0;
+  uint64_t corrupt_skipped_ = 0;
   std::span<const uint64_t> sample_ids_;
   std::span<const uint8_t> padding_;
   std::vector<BytesColumn> bytes_;

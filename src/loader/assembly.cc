@@ -36,6 +36,7 @@ struct Assembly::Job {
   std::atomic<uint32_t> chunks_left{0};
   std::atomic<uint64_t> workers{0};  // a bit per worker (mod 64) that filled a chunk
   std::atomic<bool> failed{false};
+  std::atomic<uint64_t> corrupt_skipped{0};  // counted when the batch is delivered
   std::mutex error_mu;  // the error path only
   Status error;
   uint64_t error_at = UINT64_MAX;  // first sample of the failed chunk reported
@@ -222,7 +223,7 @@ void Assembly::FillChunk(Job& job, uint32_t chunk, DecodeScratch* scratch, uint3
   job.workers.fetch_or(uint64_t{1} << (worker % 64), std::memory_order_relaxed);
   if (tl_record_bytes) LoaderCounters::Add(config_.counters->bytes_read, tl_record_bytes);
   if (counts.decode_skipped) {
-    LoaderCounters::Add(config_.counters->decode_skipped, counts.decode_skipped);
+    job.corrupt_skipped.fetch_add(counts.decode_skipped, std::memory_order_relaxed);
   }
   if (st.ok()) return;
   std::lock_guard lock(job.error_mu);
@@ -239,6 +240,7 @@ void Assembly::Complete(Job& job) {
                         ? Result<Batch>(job.error)
                         : Result<Batch>(BatchBuilder::Finish(
                               std::move(job.layout), *config_.columns, config_.options->decode));
+  if (r.ok()) BatchBuilder::SetCorruptSkipped(*r, job.corrupt_skipped.load());
   if (std::popcount(job.workers.load(std::memory_order_relaxed)) > 1) {
     LoaderCounters::Add(config_.counters->shared_batches, 1);
   }

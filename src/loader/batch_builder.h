@@ -107,6 +107,7 @@ class BatchBuilder {
   // GPU delivery: the buffer a built batch lives in, and its device copy.
   static const std::shared_ptr<BatchMemory>& Memory(const Batch& b) { return b.memory_; }
   static void AttachDevice(Batch& b, std::shared_ptr<DeviceBatch> d) { b.device_ = std::move(d); }
+  static void SetCorruptSkipped(Batch& b, uint64_t n) { b.corrupt_skipped_ = n; }
 };
 
 }  // namespace stoker

@@ -299,6 +299,9 @@ Result<Batch> LoaderImpl::Next() {
   LoaderCounters::Add(c.wait_ns, uint64_t(std::chrono::nanoseconds(waited).count()));
   LoaderCounters::Add(c.batches_delivered, 1);
   LoaderCounters::Add(c.samples_delivered, r->size());
+  // Counted at delivery: a batch built ahead (the next epoch's, read ahead)
+  // has not been seen by the user.
+  if (r->corrupt_skipped()) LoaderCounters::Add(c.decode_skipped, r->corrupt_skipped());
   return r;
 }
 
