@@ -462,10 +462,12 @@ TEST(MetricsTest, SaveStartedAtCountsTheCallersWorkInTheStall) {
   timeline.Stop();
   EXPECT_GE(delta("stoker_checkpoint_stall_seconds_sum"), 0.050);
   EXPECT_GE(step.phase[int(metrics::Phase::kCheckpoint)], 0.050);
-  // The scope has ended: the next save's stall is its own.
+  // The scope has ended: the next save's stall is no longer than its call.
   const CkptDelta after;
+  const auto began = Clock::now();
   ASSERT_OK(c->Save("y", t.refs, {}));
-  EXPECT_LT(after("stoker_checkpoint_stall_seconds_sum"), 0.050);
+  const double took = std::chrono::duration<double>(Clock::now() - began).count();
+  EXPECT_LE(after("stoker_checkpoint_stall_seconds_sum"), took);
 }
 
 TEST(MetricsTest, OpenCheckpointerMetersTheStoreOnlyWhenEnabled) {

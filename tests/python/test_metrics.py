@@ -91,9 +91,12 @@ def test_the_stall_counts_from_when_the_skin_began_the_save(tmp_path):
     with _stoker._CheckpointSaveStarted(time.monotonic_ns() - 50_000_000):
         c.save({"w": np.ones(10, dtype=np.float32)}, "a")
     assert exposed("stoker_checkpoint_stall_seconds_sum") - before >= 0.05
+    # The scope has ended: the next stall is no longer than the call itself.
     before = exposed("stoker_checkpoint_stall_seconds_sum")
-    c.save({"w": np.ones(10, dtype=np.float32)}, "b")  # the scope has ended
-    assert exposed("stoker_checkpoint_stall_seconds_sum") - before < 0.05
+    began = time.monotonic()
+    c.save({"w": np.ones(10, dtype=np.float32)}, "b")
+    took = time.monotonic() - began
+    assert exposed("stoker_checkpoint_stall_seconds_sum") - before <= took
 
 
 @pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),

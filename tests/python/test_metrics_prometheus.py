@@ -107,9 +107,12 @@ def stack(tmp_path):
     cmd = [STOKER, "exporter", "--listen", f"127.0.0.1:{exporter_port}", "--dir",
            str(metrics_dir), "--watch", str(tmp_path)]
     fake_nvml = os.environ.get("STOKER_FAKE_NVML")
+    env = dict(os.environ)
     if fake_nvml:
         cmd += ["--nvml", fake_nvml]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+        env["FAKE_NVML_XIDS"] = "0:79,1:48,0:79"  # the stand-in's XID events
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env)]
     config = tmp_path / "prometheus.yml"
     # honor_labels: the processes' own `job` label is the one that counts (as
     # for a Pushgateway), not the scrape job's name.
@@ -215,6 +218,8 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
         if os.environ.get("STOKER_FAKE_NVML"):
             assert prom.value('stoker_gpu_utilization_ratio{gpu="1"}') == 0.5
             assert prom.value('stoker_gpu_clocks_throttled{gpu="0",reason="sw_power_cap"}') == 1
+            assert prom.value('stoker_gpu_xid_errors_total{gpu="0",xid="79"}') == 2
+            assert prom.value('stoker_gpu_xid_errors_total{gpu="1",xid="48"}') == 1
 
         # The whole scrape (a process, the node, the GPUs) is clean Prometheus text.
         if shutil.which("promtool"):
