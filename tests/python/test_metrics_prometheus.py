@@ -152,9 +152,18 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(metrics_dir), uri, str(tmp_path / "ckpt")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    cxx = None
+    # The C++ program's checkpoints go to the Ceph cluster where CI has one
+    # (its store series then carry backend="rados" and the pool), else to a
+    # folder.
+    cxx, cxx_root, cxx_backend, cxx_pool = None, str(tmp_path / "ckpt-cxx"), "posix", ""
+    ceph_uri = os.environ.get("STOKER_TEST_STORE_URI", "")
+    if ceph_uri.startswith("rados://"):
+        base, _, query = ceph_uri.partition("?")
+        cxx_root = f"{base.rstrip('/')}/metrics-{os.getpid()}-{time.time_ns()}"
+        cxx_root += f"?{query}" if query else ""
+        cxx_backend, cxx_pool = "rados", base[len("rados://"):].split("/")[0]
     if CKPT_CHILD:
-        cxx = subprocess.Popen([CKPT_CHILD, str(metrics_dir), str(tmp_path / "ckpt-cxx"), "cxx"],
+        cxx = subprocess.Popen([CKPT_CHILD, str(metrics_dir), cxx_root, "cxx"],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     else:
@@ -198,8 +207,8 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
             assert prom.value(f"stoker_checkpoint_stall_seconds_count{csel}") == 2
             # Its checkpointer's store is metered: chunks, part records,
             # manifests and the root's index went through it.
-            assert prom.value('stoker_store_written_bytes_total{job="cxx",backend="posix"}') > \
-                cxx_bytes
+            assert prom.value(f'stoker_store_written_bytes_total{{job="cxx",backend='
+                              f'"{cxx_backend}",pool="{cxx_pool}"}}') > cxx_bytes
         assert prom.value("stoker_exporter_processes") == (2 if cxx else 1)
         assert prom.value("stoker_node_page_cache_bytes") > 0
 
@@ -237,6 +246,12 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
         if cxx:
             cxx.stdin.close()
             cxx.wait(30)
+            if cxx_backend == "rados":
+                import stoker
+
+                c = stoker.Checkpointer(cxx_root)
+                for name in ("sync", "async"):
+                    c.remove(name)
     # The process is gone: so are its series (the exporter drops its file;
     # Prometheus marks them stale at the next scrape).
     assert 'job="ptest"' not in get(f"http://127.0.0.1:{exporter_port}/metrics")
