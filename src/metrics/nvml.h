@@ -53,8 +53,9 @@ class Nvml {
   // Starts a thread waiting on NVML's event set for critical XID errors
   // (nvmlEventTypeXidCriticalError) of every GPU that supports them. Returns
   // false, with nothing left behind, when none does (registration
-  // NOT_SUPPORTED on every GPU, as on some GPUs and VMs) or registration
-  // fails otherwise; the XID series are then absent.
+  // NOT_SUPPORTED on every GPU, as on some GPUs and VMs) or when a
+  // registration fails with NVML_ERROR_UNKNOWN (the set is then undefined);
+  // the XID series are then absent.
   bool WatchXid();
 
  private:
