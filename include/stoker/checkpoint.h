@@ -168,8 +168,9 @@ class SaveHandle {
   // before Done() turns true and Wait() returns. For a decorator that
   // accounts for saves (metrics::MeterCheckpointer): unlike Wait it is not
   // asking the handle, so a failure nobody asks about is still said on
-  // stderr. `f` must be quick and must not use the Checkpointer. An empty
-  // handle calls nothing.
+  // stderr. `f` must be quick, must not wait on the handle (it runs before
+  // the handle is done) and must not use the Checkpointer. An empty handle
+  // calls nothing.
   void OnDone(std::function<void(const Status&)> f) const;
 
   struct State;  // implementation
