@@ -61,8 +61,8 @@ struct DatasetHeader {
 };
 static_assert(sizeof(DatasetHeader) == 64);
 
-// Where one rank of the node is in its epoch: the furthest step (of its own
-// order) it has begun to read at, in epoch epoch_tag - 1 (0: nothing yet).
+// Where one rank of the node is in its epoch: the furthest place (in its own
+// order of shard reads) it has begun to read at, in epoch epoch_tag - 1.
 struct RankProgress {
   uint32_t epoch_tag;
   uint32_t step;

@@ -34,6 +34,7 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
   o.ranks = end_rank - first_rank;
   o.local_rank = plan.rank - first_rank;
   o.rank_first.assign(size_t(o.ranks) * shard_samples.size(), kNoStep);
+  o.rank_order.resize(o.ranks);
   o.readers.assign(shard_samples.size(), 0);
   std::vector<uint32_t> seen_by(shard_samples.size(), UINT32_MAX);
   o.first_step.assign(shard_samples.size(), kNever);
@@ -51,8 +52,9 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
       if (seen_by[s] != r) {
         seen_by[s] = r;
         o.readers[s]++;
-        o.rank_first[size_t(r - first_rank) * shard_samples.size() + s] =
-            uint32_t(std::min<uint64_t>(j, kNoStep - 1));
+        auto& order = o.rank_order[r - first_rank];
+        o.rank_first[size_t(r - first_rank) * shard_samples.size() + s] = uint32_t(order.size());
+        order.push_back(s);
       }
       o.first_step[s] = std::min(o.first_step[s], j);
       o.last_step[s] = std::max(o.last_step[s], j);

@@ -42,14 +42,18 @@ struct NeedOrder {
   // process is (0-based within the node).
   uint32_t ranks = 0;
   uint32_t local_rank = 0;
-  // Per local rank r and shard s, at [r * shards + s]: the first step at
-  // which rank r needs s, or kNoStep. Ranks drift apart within an epoch, so
-  // a shard's next use is the soonest of the ranks that have not read it
-  // yet, each from its own progress (the planned eviction's key).
+  // Per local rank r and shard s, at [r * shards + s]: where s comes in
+  // rank r's reads (the k-th shard it reads this epoch), or kNoStep. Ranks
+  // drift apart within an epoch, so a shard's next use is the soonest of the
+  // ranks that have not read it yet, each counted in reads from where it is
+  // (the planned eviction's key; reads, not samples, as ranks read shards at
+  // about the same rate, whatever their samples per shard).
   std::vector<uint32_t> rank_first;
   uint32_t RankFirst(uint32_t r, uint32_t shard) const {
     return rank_first[size_t(r) * first_step.size() + shard];
   }
+  // Per local rank: its shards in the order it reads them.
+  std::vector<std::vector<uint32_t>> rank_order;
   // index_of[shard] as a signed value: -1 when the node does not need it.
   int64_t IndexOf(uint32_t shard) const;
 

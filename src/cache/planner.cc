@@ -79,22 +79,31 @@ uint64_t Planner::NextUse(const View& v, const FolderTables& t, uint32_t s, bool
     best = std::min<uint64_t>(best, step > at ? step - at : 0);
   }
   if (this_epoch) *this_epoch = best != kNever;
-  if (best != kNever) return best;
-  if (v.next && v.next->first_step[s] != kNever) {
-    const RankProgress& mine = t.Progress(c.local_rank);
-    const uint64_t at = mine.epoch_tag == Tag(v) ? mine.step : 0;
-    return (c.steps > at ? c.steps - at : 0) + v.next->first_step[s] + 1;
+  if (best != kNever || !v.next) return best;
+  // Needed next in the next epoch: the reads each rank has left in this one,
+  // then its reads there until s.
+  for (uint32_t r = 0; r < c.ranks && r < v.next->ranks; ++r) {
+    const uint32_t there = v.next->RankFirst(r, s);
+    if (there == kNoStep) continue;
+    const RankProgress& p = t.Progress(r);
+    const uint64_t at = p.epoch_tag == Tag(v) ? p.step + 1 : 0;
+    const uint64_t left = c.rank_order[r].size() > at ? c.rank_order[r].size() - at : 0;
+    best = std::min<uint64_t>(best, left + there + 1);
   }
-  return kNever;
+  return best;
 }
 
 std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint32_t n) {
   const NeedOrder& c = *v.cur;
-  // From the slowest rank's place in the node's order.
+  // From the slowest rank's place in the node's order (the first step of the
+  // shard it reads now).
   uint64_t slowest = kNever;
   for (uint32_t r = 0; r < c.ranks; ++r) {
     const RankProgress& p = t.Progress(r);
-    slowest = std::min<uint64_t>(slowest, p.epoch_tag == Tag(v) ? p.step : 0);
+    const auto& order = c.rank_order[r];
+    if (order.empty()) continue;
+    const uint32_t k = p.epoch_tag == Tag(v) ? std::min<uint32_t>(p.step, order.size() - 1) : 0;
+    slowest = std::min(slowest, c.first_step[order[k]]);
   }
   if (slowest == kNever) slowest = 0;
   std::vector<std::pair<uint64_t, uint32_t>> found;

@@ -7,7 +7,10 @@
 // other (training ranks run in lock step). Prints per epoch the bytes read
 // from the store (remote_bytes) next to the dataset's size, each rank's MB/s
 // and the node's, and the totals. Without --cache, every rank reads from the
-// store: the peer the cache is measured against.
+// store: the peer the cache is measured against. With --cache, the ranks
+// log their shard reads (STOKER_CACHE_ACCESS_LOG) and each epoch also
+// reports the offline optimum for that read sequence and cache size
+// (Belady's MIN, src/cache/optimum.h): optimum_remote_bytes.
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/optimum.h"
 #include "cli/cli.h"
 #include "stoker/loader.h"
 
@@ -115,17 +119,36 @@ struct Child {
   uint32_t job = 0, rank = 0;
 };
 
-Result<uint64_t> DatasetBytes(const std::string& uri) {
+Result<std::vector<uint64_t>> ShardBytes(const std::string& uri) {
   STOKER_ASSIGN_OR_RETURN(auto store, OpenStore(uri));
   STOKER_ASSIGN_OR_RETURN(format::Manifest m, ReadManifest(*store));
-  uint64_t bytes = 0;
-  for (const auto& s : m.shards) bytes += s.bytes;
+  std::vector<uint64_t> bytes;
+  for (const auto& s : m.shards) bytes.push_back(s.bytes);
   return bytes;
 }
 
+// The optimum per epoch from the ranks' access log (removed after).
+std::vector<uint64_t> Optimum(const std::string& log, std::span<const uint64_t> shard_bytes,
+                              uint64_t capacity) {
+  auto reads = cache_internal::ReadAccessLog(log);
+  unlink(log.c_str());
+  if (!reads.ok()) return {};
+  return cache_internal::OptimalRemoteBytes(*reads, shard_bytes, capacity);
+}
+
 int RunNode(const NodeArgs& a) {
-  auto dataset_bytes = DatasetBytes(a.uri);
-  if (!dataset_bytes.ok()) return Fail(dataset_bytes.status());
+  auto shard_bytes = ShardBytes(a.uri);
+  if (!shard_bytes.ok()) return Fail(shard_bytes.status());
+  const uint64_t dataset = std::accumulate(shard_bytes->begin(), shard_bytes->end(), uint64_t{0});
+  std::string access_log;
+  if (!a.cache.empty()) {
+    char path[] = "/tmp/stoker-node-access-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return Fail(ErrnoToStatus(errno, "mkstemp"));
+    close(fd);
+    access_log = path;
+    setenv("STOKER_CACHE_ACCESS_LOG", path, 1);  // the ranks inherit it
+  }
   // A rank that died leaves a closed pipe: its write fails, nothing more.
   signal(SIGPIPE, SIG_IGN);
   std::vector<Child> kids;
@@ -228,7 +251,11 @@ int RunNode(const NodeArgs& a) {
                         {"cache", a.cache},
                         {"policy", a.cache.empty() ? "none" : a.policy},
                         {"cache_bytes_limit", uint64_t(a.cache_gib * double(1ull << 30))},
-                        {"dataset_bytes", *dataset_bytes}};
+                        {"shards", shard_bytes->size()},
+                        {"dataset_bytes", dataset}};
+  const uint64_t limit = uint64_t(a.cache_gib * double(1ull << 30));
+  const std::vector<uint64_t> optimum =
+      access_log.empty() ? std::vector<uint64_t>{} : Optimum(access_log, *shard_bytes, limit);
   nlohmann::json epochs = nlohmann::json::array();
   uint64_t total_remote = 0, total_read = 0;
   double total_seconds = 0;
@@ -254,8 +281,8 @@ int RunNode(const NodeArgs& a) {
     total_seconds += slowest;
     epochs.push_back({{"epoch", e},
                       {"remote_bytes", remote},
-                      {"dataset_bytes", *dataset_bytes},
-                      {"remote_per_dataset", double(remote) / double(*dataset_bytes)},
+                      {"dataset_bytes", dataset},
+                      {"remote_per_dataset", double(remote) / double(dataset)},
                       {"bytes_read", read},
                       {"seconds", slowest},
                       {"node_mb_per_s", slowest > 0 ? double(read) / slowest / 1e6 : 0},
@@ -268,6 +295,11 @@ int RunNode(const NodeArgs& a) {
                       {"fetch_waits", waits},
                       {"evictions", evictions},
                       {"refetches", refetches}});
+    if (e < optimum.size()) {
+      epochs.back()["optimum_remote_bytes"] = optimum[e];
+      epochs.back()["remote_per_optimum"] =
+          optimum[e] ? double(remote) / double(optimum[e]) : (remote ? 1e9 : 1.0);
+    }
   }
   out["epochs"] = epochs;
   out["total"] = {
@@ -281,16 +313,15 @@ int RunNode(const NodeArgs& a) {
   } else {
     std::printf("%s: %u job(s) x %u ranks, cache %s (%s), dataset %s\n", a.uri.c_str(), a.jobs,
                 a.ranks, a.cache.empty() ? "none" : a.cache.c_str(),
-                out["policy"].get<std::string>().c_str(),
-                HumanBytes(double(*dataset_bytes)).c_str());
-    std::printf("%5s %14s %8s %10s %9s %9s %9s %9s\n", "epoch", "remote_bytes", "x_data",
-                "node_MB/s", "rank_min", "rank_mean", "rank_max", "evictions");
+                out["policy"].get<std::string>().c_str(), HumanBytes(double(dataset)).c_str());
+    std::printf("%5s %14s %8s %8s %10s %9s %9s %9s %9s\n", "epoch", "remote_bytes", "x_data",
+                "x_optimum", "node_MB/s", "rank_min", "rank_mean", "rank_max", "evictions");
     for (const auto& e : epochs) {
-      std::printf("%5u %14lu %8.3f %10.0f %9.0f %9.0f %9.0f %9lu\n", e["epoch"].get<uint32_t>(),
-                  (unsigned long)e["remote_bytes"].get<uint64_t>(),
-                  e["remote_per_dataset"].get<double>(), e["node_mb_per_s"].get<double>(),
-                  e["rank_mb_per_s_min"].get<double>(), e["rank_mb_per_s_mean"].get<double>(),
-                  e["rank_mb_per_s_max"].get<double>(),
+      std::printf("%5u %14lu %8.3f %8.3f %10.0f %9.0f %9.0f %9.0f %9lu\n",
+                  e["epoch"].get<uint32_t>(), (unsigned long)e["remote_bytes"].get<uint64_t>(),
+                  e["remote_per_dataset"].get<double>(), e.value("remote_per_optimum", 0.0),
+                  e["node_mb_per_s"].get<double>(), e["rank_mb_per_s_min"].get<double>(),
+                  e["rank_mb_per_s_mean"].get<double>(), e["rank_mb_per_s_max"].get<double>(),
                   (unsigned long)e["evictions"].get<uint64_t>());
     }
     std::printf("total: %s from the store, %s read by the ranks, %.0f MB/s\n",
