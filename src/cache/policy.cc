@@ -54,9 +54,9 @@ bool NodeCacheImpl::Reserve(uint32_t s, bool prefetch) {
     if (v) {
       bool now;
       const uint64_t use = Planner::NextUse(v, tables_, x, false, &now);
-      if (use > mine) own.push_back({x, use, !now});
+      if (use > mine) own.push_back({x, use, !now, false});
     } else {
-      own.push_back({x, ~tables_.At(x).last_use, true});
+      own.push_back({x, tables_.At(x).last_use, false, true});
     }
   }
   if (!space_->Reserve(s, std::move(own), /*others=*/evict)) return false;

@@ -65,15 +65,17 @@ bool Space::Reserve(uint32_t s, std::vector<Candidate> own, bool others) {
   const uint64_t bytes = shard_bytes_[s];
   if (bytes > capacity_) return false;
   FolderHeader& h = tables_->header();
-  if (h.used + bytes > capacity_) {
-    std::sort(own.begin(), own.end(), [](const Candidate& a, const Candidate& b) {
-      return std::tie(a.far, a.rank) > std::tie(b.far, b.rank);
-    });
-    size_t i = 0;
-    for (; i < own.size() && own[i].far && h.used + bytes > capacity_; ++i) EvictOwn(own[i].shard);
-    if (others && h.used + bytes > capacity_) EvictOthers(h.used + bytes - capacity_);
-    for (; i < own.size() && h.used + bytes > capacity_; ++i) EvictOwn(own[i].shard);
-    if (h.used + bytes > capacity_) return false;
+  auto short_of = [&] { return h.used + bytes > capacity_; };
+  if (short_of()) {
+    std::vector<Candidate> far, lru, near;
+    for (const auto& c : own) (c.far ? far : c.lru ? lru : near).push_back(c);
+    auto furthest = [](const Candidate& a, const Candidate& b) { return a.rank > b.rank; };
+    std::sort(far.begin(), far.end(), furthest);
+    std::sort(near.begin(), near.end(), furthest);
+    for (size_t i = 0; i < far.size() && short_of(); ++i) EvictOwn(far[i].shard);
+    if (short_of() && (others || !lru.empty())) EvictIdle(std::move(lru), others, bytes);
+    for (size_t i = 0; i < near.size() && short_of(); ++i) EvictOwn(near[i].shard);
+    if (short_of()) return false;
   }
   Entry& e = tables_->At(s);
   e.bytes = bytes;
@@ -95,40 +97,51 @@ bool Space::EvictOwn(uint32_t x) {
   return true;
 }
 
-uint64_t Space::EvictOthers(uint64_t want) {
-  const std::filesystem::path own(files_->dir());
+// Own LRU candidates and (when `others`) other datasets' idle shards, least
+// recently used first, until `bytes` fit.
+void Space::EvictIdle(std::vector<Candidate> own, bool others, uint64_t bytes) {
+  struct Idle {
+    uint64_t tick;
+    OtherTable* table;  // null: own
+    std::string dir;
+    uint32_t shard;
+  };
+  std::vector<Idle> order;
+  for (const auto& c : own) order.push_back({c.rank, nullptr, "", c.shard});
+  const std::filesystem::path mine(files_->dir());
   std::lock_guard lock(g_others_mu);
-  std::vector<std::tuple<uint64_t, OtherTable*, std::string, uint32_t>> order;
   std::error_code ec;
-  for (const auto& d : std::filesystem::directory_iterator(own.parent_path(), ec)) {
-    if (!d.is_directory(ec) || d.path() == own) continue;
+  for (const auto& d : std::filesystem::directory_iterator(mine.parent_path(), ec)) {
+    if (!others) break;
+    if (!d.is_directory(ec) || d.path() == mine) continue;
     OtherTable* t = MapOther(d.path().string());
     if (!t) continue;
     for (uint32_t x = 0; x < t->shards; ++x) {
       const Entry& e = t->At(x);
-      if (e.state == kPresent && !e.soon) order.emplace_back(e.last_use, t, d.path().string(), x);
+      if (e.state == kPresent && !e.soon) order.push_back({e.last_use, t, d.path().string(), x});
     }
   }
   std::sort(order.begin(), order.end(),
-            [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
-  uint64_t freed = 0;
+            [](const Idle& a, const Idle& b) { return a.tick < b.tick; });
   FolderHeader& h = tables_->header();
-  for (const auto& [use, t, dir, x] : order) {
-    if (freed >= want) break;
+  for (const auto& i : order) {
+    if (h.used + bytes <= capacity_) break;
+    if (!i.table) {
+      EvictOwn(i.shard);
+      continue;
+    }
     ByteLock pin;
-    auto got = pin.Lock(dir + "/pin.lock", x, /*exclusive=*/true, /*wait=*/false);
+    auto got = pin.Lock(i.dir + "/pin.lock", i.shard, /*exclusive=*/true, /*wait=*/false);
     if (!got.ok() || !*got) continue;
-    Entry& e = t->At(x);
+    Entry& e = i.table->At(i.shard);
     char name[32];
-    std::snprintf(name, sizeof(name), "/%08u.stks", x);
-    unlink((dir + name).c_str());
+    std::snprintf(name, sizeof(name), "/%08u.stks", i.shard);
+    unlink((i.dir + name).c_str());
     h.used -= std::min(h.used, e.bytes);
-    freed += e.bytes;
     e.state = kAbsent;
     e.bytes = 0;
     (*evictions_)++;
   }
-  return freed;
 }
 
 void Space::Unreserve(uint32_t s) {

@@ -26,13 +26,19 @@
 
 namespace stoker::cache_internal {
 
-// A candidate for eviction and how the policy ranks it: larger `rank` goes
-// first. Own shards of rank kNever and own shards needed only in a later
-// epoch (`far`) go before other datasets' shards; the rest after them.
+// A candidate for eviction, in the order the policy gives: own shards not
+// needed again in this epoch (`far`, planned) first, the furthest next use
+// (`rank`) first; then, least recently used first, own shards under LRU
+// (`lru`, rank = the LRU clock) together with other datasets' shards their
+// processes do not expect to read soon; then the rest of the own, furthest
+// first. So two datasets in one folder share its space: neither's planned
+// eviction takes the other's shards about to be read, nor its own near ones
+// before the other's idle ones.
 struct Candidate {
   uint32_t shard;
   uint64_t rank;
-  bool far;
+  bool far = false;
+  bool lru = false;
 };
 
 class Space {
@@ -61,7 +67,7 @@ class Space {
 
  private:
   bool EvictOwn(uint32_t x);
-  uint64_t EvictOthers(uint64_t want);
+  void EvictIdle(std::vector<Candidate> own, bool others, uint64_t bytes);
 
   FolderTables* tables_;
   const ShardFiles* files_;

@@ -1,0 +1,224 @@
+// The node cache shared two ways: per-sample reads (the loader's read_unit
+// "sample") served in ranges from cache files that the node fetched whole
+// once, and two datasets in one cache folder under one limit, read by real
+// loaders in two processes at once.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <set>
+
+#include "cache_testutil.h"
+#include "stoker/loader.h"
+
+namespace stoker {
+namespace {
+
+using namespace cache_testing;
+
+// Reads of ranges through an ObjectReader of the cache, against the
+// dataset's file.
+std::string ReadRanges(Store& store, const Dataset& d, uint32_t s) {
+  const auto& info = d.manifest.shards[s];
+  auto r = store.OpenReader(info.key);
+  if (!r.ok()) return r.status().ToString();
+  std::vector<std::byte> want(info.bytes);
+  std::ifstream f(d.uri + "/" + info.key, std::ios::binary);
+  f.read(reinterpret_cast<char*>(want.data()), std::streamsize(want.size()));
+  for (uint64_t at : {uint64_t{0}, uint64_t{100}, info.bytes / 2, info.bytes - 7}) {
+    std::vector<std::byte> a(300), b(50);
+    std::span<std::byte> parts[] = {a, b};
+    auto n = (*r)->ReadV(at, parts);
+    if (!n.ok()) return n.status().ToString();
+    const uint64_t expect = std::min<uint64_t>(350, info.bytes - at);
+    if (*n != expect) return "short read at " + std::to_string(at);
+    for (uint64_t i = 0; i < expect; ++i) {
+      const std::byte got = i < 300 ? a[i] : b[i - 300];
+      if (got != want[at + i]) return "byte " + std::to_string(at + i) + " differs";
+    }
+  }
+  return "";
+}
+
+TEST(NodeCacheShared, ReaderReadsRangesOfTheCacheFile) {
+  TempDir t;
+  Dataset d(t.path(), 60, 31);
+  const std::string dir = (t.path() / "cache").string();
+  CacheOptions o;
+  o.policy = "lru";  // no prefetch: every fetch is this test's
+  auto first = Open(d, dir, o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(ReadRanges(**first, d, 0), "");
+  CacheStats s = (*first)->stats();
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.remote_bytes, d.manifest.shards[0].bytes) << "fetched whole, once";
+  EXPECT_EQ(s.cache_bytes, 4u * 350 - (350 - 7)) << "the ranges, from the cache file";
+  // Another process's view of the folder: a hit, nothing from the store.
+  auto second = Open(d, dir, o);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(ReadRanges(**second, d, 0), "");
+  EXPECT_EQ((*second)->stats().hits, 1u);
+  EXPECT_EQ((*second)->stats().remote_bytes, 0u);
+  // A cache file replaced behind the cache's back (its bytes changed): the
+  // reader checks it whole, drops it and fetches the shard again.
+  const std::string path = (*first)->dataset_dir() + "/00000000.stks";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x5a;
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  std::ofstream(path, std::ios::binary) << bytes;
+  ASSERT_EQ(ReadRanges(**second, d, 0), "");
+  EXPECT_EQ((*second)->stats().refetches, 1u);
+  EXPECT_EQ((*second)->stats().remote_bytes, d.manifest.shards[0].bytes);
+}
+
+// Two ranks of one node with per-sample reads: each sample once per epoch,
+// the dataset fetched once in epoch 1 and not at all in epoch 2, and the
+// records read in ranges from the cache files (not a whole shard per rank).
+TEST(NodeCacheShared, PerSampleReadsGoThroughTheCache) {
+  TempDir t;
+  Dataset d(t.path(), 400, 32);
+  const std::string dir = (t.path() / "cache").string();
+  auto results = InChildren(2, [&](int rank) -> std::string {
+    LoaderOptions o;
+    o.batch_size = 8;
+    o.threads = 1;
+    o.rank = uint32_t(rank);
+    o.world_size = 2;
+    o.read_unit = "sample";
+    o.cache_dir = dir;
+    auto l = Loader::Open(d.uri, o);
+    if (!l.ok()) return "ERR " + l.status().ToString();
+    if ((*l)->read_unit() != "sample") return "ERR read unit " + std::string((*l)->read_unit());
+    std::string out;
+    LoaderStats before;
+    for (uint64_t e = 0; e < 2; ++e) {
+      if (e > 0) {
+        if (Status st = (*l)->StartEpoch(e); !st.ok()) return "ERR " + st.ToString();
+      }
+      while (true) {
+        auto b = (*l)->Next();
+        if (!b.ok()) {
+          if (b.status().code() == Code::kOutOfRange) break;
+          return "ERR " + b.status().ToString();
+        }
+        for (size_t i = 0; i < b->size(); ++i) {
+          if (!b->padding()[i]) out += std::to_string(b->sample_ids()[i]) + " ";
+        }
+      }
+      const LoaderStats s = (*l)->stats();
+      out += "remote" + std::to_string(e) + "=" +
+             std::to_string(s.remote_bytes - before.remote_bytes) + " cache" + std::to_string(e) +
+             "=" + std::to_string(s.cache_bytes - before.cache_bytes) + " hits" +
+             std::to_string(e) + "=" + std::to_string(s.cache_hits - before.cache_hits) + " ";
+      before = s;
+    }
+    return out;
+  });
+  std::map<uint64_t, int> seen;
+  std::map<std::string, uint64_t> total;
+  for (const auto& r : results) {
+    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
+    std::istringstream in(r);
+    std::string tok;
+    while (in >> tok) {
+      const auto eq = tok.find('=');
+      if (eq == std::string::npos) {
+        seen[std::stoull(tok)]++;
+      } else {
+        total[tok.substr(0, eq)] += std::stoull(tok.substr(eq + 1));
+      }
+    }
+  }
+  ASSERT_EQ(seen.size(), d.manifest.sample_count);
+  for (const auto& [id, n] : seen) ASSERT_EQ(n, 2) << "sample " << id << " (2 epochs)";
+  EXPECT_EQ(total["remote0"], d.bytes) << "each shard fetched once by the node";
+  EXPECT_EQ(total["remote1"], 0u);
+  EXPECT_GE(total["hits1"], 2 * d.manifest.shards.size() - 2) << "every open a hit in epoch 2";
+  // Each rank reads its own records (and each shard's header and index), not
+  // whole shards: the two ranks together read about the dataset once.
+  EXPECT_GT(total["cache1"], d.bytes / 2);
+  EXPECT_LT(total["cache1"], d.bytes * 3 / 2);
+}
+
+// Two datasets (two jobs) in one folder under one limit, half of what both
+// hold, read at once by a loader each in its own process: the folder never
+// goes over the limit, both jobs complete every epoch with every sample,
+// and both keep shards in the cache (the space is shared, neither starves).
+TEST(NodeCacheShared, TwoDatasetsShareOneLimit) {
+  TempDir t;
+  Dataset a(t.path() / "a", 300, 33), b(t.path() / "b", 300, 34);
+  ASSERT_NE(a.manifest.IdHex(), b.manifest.IdHex());
+  const std::string dir = (t.path() / "cache").string();
+  const uint64_t limit = (a.bytes + b.bytes) / 2;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> peak{0};
+  std::thread watch([&] {
+    while (!done) {
+      peak = std::max<uint64_t>(peak, FolderBytes(dir));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  const Dataset* sets[] = {&a, &b};
+  const char* policies[] = {"planned", "lru"};
+  auto results = InChildren(2, [&](int job) -> std::string {
+    const Dataset& d = *sets[job];
+    LoaderOptions o;
+    o.batch_size = 8;
+    o.threads = 1;
+    o.shuffle_window_shards = 2;
+    o.cache_dir = dir;
+    o.cache_bytes = limit;
+    o.cache_policy = policies[job];
+    auto l = Loader::Open(d.uri, o);
+    if (!l.ok()) return "ERR " + l.status().ToString();
+    std::string out;
+    uint64_t before = 0;
+    for (uint64_t e = 0; e < 3; ++e) {
+      if (e > 0) {
+        if (Status st = (*l)->StartEpoch(e); !st.ok()) return "ERR " + st.ToString();
+      }
+      std::set<uint64_t> ids;
+      while (true) {
+        auto batch = (*l)->Next();
+        if (!batch.ok()) {
+          if (batch.status().code() == Code::kOutOfRange) break;
+          return "ERR " + batch.status().ToString();
+        }
+        for (size_t i = 0; i < batch->size(); ++i) {
+          if (!batch->padding()[i]) ids.insert(batch->sample_ids()[i]);
+        }
+      }
+      const uint64_t remote = (*l)->stats().remote_bytes;
+      out += "samples" + std::to_string(e) + "=" + std::to_string(ids.size()) + " remote" +
+             std::to_string(e) + "=" + std::to_string(remote - before) + " ";
+      before = remote;
+    }
+    return out;
+  });
+  done = true;
+  watch.join();
+  for (int job = 0; job < 2; ++job) {
+    const std::string& r = results[size_t(job)];
+    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
+    auto c = ParseCounts(r);
+    for (int e = 0; e < 3; ++e) {
+      const std::string k = std::to_string(e);
+      EXPECT_EQ(c["samples" + k], sets[job]->manifest.sample_count) << "job " << job << " " << r;
+      if (e > 0) {
+        EXPECT_LT(c["remote" + k], sets[job]->bytes) << "job " << job << ": no hits: " << r;
+      }
+    }
+  }
+  EXPECT_LE(peak.load(), limit) << "the folder went over its limit";
+  const uint64_t in_a = FolderBytes(dir + "/" + a.manifest.IdHex());
+  const uint64_t in_b = FolderBytes(dir + "/" + b.manifest.IdHex());
+  EXPECT_GT(in_a, 0u);
+  EXPECT_GT(in_b, 0u);
+  EXPECT_LE(in_a + in_b, limit);
+}
+
+}  // namespace
+}  // namespace stoker
