@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <iterator>
 #include <set>
 
 #include "cache_testutil.h"
@@ -98,40 +99,19 @@ TEST(NodeCacheShared, PerSampleReadsGoThroughTheCache) {
       if (e > 0) {
         if (Status st = (*l)->StartEpoch(e); !st.ok()) return "ERR " + st.ToString();
       }
-      while (true) {
-        auto b = (*l)->Next();
-        if (!b.ok()) {
-          if (b.status().code() == Code::kOutOfRange) break;
-          return "ERR " + b.status().ToString();
-        }
-        for (size_t i = 0; i < b->size(); ++i) {
-          if (!b->padding()[i]) out += std::to_string(b->sample_ids()[i]) + " ";
-        }
-      }
+      out += DrainEpoch(**l);
       const LoaderStats s = (*l)->stats();
-      out += "remote" + std::to_string(e) + "=" +
-             std::to_string(s.remote_bytes - before.remote_bytes) + " cache" + std::to_string(e) +
-             "=" + std::to_string(s.cache_bytes - before.cache_bytes) + " hits" +
-             std::to_string(e) + "=" + std::to_string(s.cache_hits - before.cache_hits) + " ";
+      const std::string k = std::to_string(e) + "=";
+      out += "remote" + k + std::to_string(s.remote_bytes - before.remote_bytes) + " cache" + k +
+             std::to_string(s.cache_bytes - before.cache_bytes) + " hits" + k +
+             std::to_string(s.cache_hits - before.cache_hits) + " ";
       before = s;
     }
     return out;
   });
   std::map<uint64_t, int> seen;
   std::map<std::string, uint64_t> total;
-  for (const auto& r : results) {
-    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
-    std::istringstream in(r);
-    std::string tok;
-    while (in >> tok) {
-      const auto eq = tok.find('=');
-      if (eq == std::string::npos) {
-        seen[std::stoull(tok)]++;
-      } else {
-        total[tok.substr(0, eq)] += std::stoull(tok.substr(eq + 1));
-      }
-    }
-  }
+  Tally(results, &seen, &total);
   ASSERT_EQ(seen.size(), d.manifest.sample_count);
   for (const auto& [id, n] : seen) ASSERT_EQ(n, 2) << "sample " << id << " (2 epochs)";
   EXPECT_EQ(total["remote0"], d.bytes) << "each shard fetched once by the node";
@@ -180,17 +160,10 @@ TEST(NodeCacheShared, TwoDatasetsShareOneLimit) {
       if (e > 0) {
         if (Status st = (*l)->StartEpoch(e); !st.ok()) return "ERR " + st.ToString();
       }
-      std::set<uint64_t> ids;
-      while (true) {
-        auto batch = (*l)->Next();
-        if (!batch.ok()) {
-          if (batch.status().code() == Code::kOutOfRange) break;
-          return "ERR " + batch.status().ToString();
-        }
-        for (size_t i = 0; i < batch->size(); ++i) {
-          if (!batch->padding()[i]) ids.insert(batch->sample_ids()[i]);
-        }
-      }
+      const std::string drained = DrainEpoch(**l);
+      if (drained.starts_with("ERR")) return drained;
+      std::istringstream in(drained);
+      std::set<std::string> ids{std::istream_iterator<std::string>(in), {}};
       const uint64_t remote = (*l)->stats().remote_bytes;
       out += "samples" + std::to_string(e) + "=" + std::to_string(ids.size()) + " remote" +
              std::to_string(e) + "=" + std::to_string(remote - before) + " ";

@@ -440,33 +440,13 @@ TEST(NodeCache, NodeAffinityFetchesEachShardOnOneNode) {
     o.cache_dir = dir + "/node" + std::to_string(rank / 2);
     auto l = Loader::Open(d.uri, o);
     if (!l.ok()) return "ERR " + l.status().ToString();
-    std::string ids;
-    while (true) {
-      auto b = (*l)->Next();
-      if (!b.ok()) {
-        if (b.status().code() == Code::kOutOfRange) break;
-        return "ERR " + b.status().ToString();
-      }
-      for (size_t i = 0; i < b->size(); ++i) {
-        if (!b->padding()[i]) ids += std::to_string(b->sample_ids()[i]) + " ";
-      }
-    }
+    const std::string ids = DrainEpoch(**l);  // before the stats: operands are unsequenced
     return ids + "remote=" + std::to_string((*l)->stats().remote_bytes);
   });
   std::map<uint64_t, int> seen;
-  uint64_t remote = 0;
-  for (const auto& r : results) {
-    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
-    std::istringstream in(r);
-    std::string tok;
-    while (in >> tok) {
-      if (tok.starts_with("remote=")) {
-        remote += std::stoull(tok.substr(7));
-      } else {
-        seen[std::stoull(tok)]++;
-      }
-    }
-  }
+  std::map<std::string, uint64_t> counts;
+  Tally(results, &seen, &counts);
+  const uint64_t remote = counts["remote"];
   ASSERT_EQ(seen.size(), d.manifest.sample_count);
   for (const auto& [id, n] : seen) ASSERT_EQ(n, 1) << "sample " << id;
   EXPECT_EQ(remote, d.bytes) << "each shard fetched by one node, once";

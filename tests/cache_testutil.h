@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "stoker/cache.h"
+#include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "testutil.h"
 
@@ -160,6 +161,45 @@ inline uint64_t FolderBytes(const fs::path& dir) {
     }
   }
   return total;
+}
+
+// Drains the loader's current epoch: "ID ID ... " of the samples it
+// delivered (padding left out), or "ERR <status>".
+inline std::string DrainEpoch(Loader& l) {
+  std::string ids;
+  while (true) {
+    auto b = l.Next();
+    if (!b.ok()) {
+      if (b.status().code() == Code::kOutOfRange) return ids;
+      return "ERR " + b.status().ToString();
+    }
+    for (size_t i = 0; i < b->size(); ++i) {
+      if (!b->padding()[i]) ids += std::to_string(b->sample_ids()[i]) + " ";
+    }
+  }
+}
+
+// The children's reports: a number is a sample id (counted in *seen), KEY=N
+// a counter (summed over the children in *counts). A report with ERR fails
+// the test.
+inline void Tally(const std::vector<std::string>& results, std::map<uint64_t, int>* seen,
+                  std::map<std::string, uint64_t>* counts) {
+  for (const auto& r : results) {
+    if (r.find("ERR") != std::string::npos) {
+      ADD_FAILURE() << r;
+      continue;
+    }
+    std::istringstream in(r);
+    std::string tok;
+    while (in >> tok) {
+      const auto eq = tok.find('=');
+      if (eq == std::string::npos) {
+        (*seen)[std::stoull(tok)]++;
+      } else {
+        (*counts)[tok.substr(0, eq)] += std::stoull(tok.substr(eq + 1));
+      }
+    }
+  }
 }
 
 }  // namespace stoker::cache_testing
