@@ -100,6 +100,7 @@ Status NodeCacheImpl::ChooseCapacity() {
                    " KiB free on its file system, limit " + std::to_string(capacity >> 10) +
                    " KiB");
   }
+  largest_shard_ = largest;
   space_.emplace(&tables_, &files_, pin_lock_path_, std::move(bytes), capacity, &evictions_);
   return Status::Ok();
 }

@@ -80,6 +80,7 @@ class NodeCacheImpl final : public NodeCache {
   ShardFiles files_;
   FolderTables tables_;
   std::optional<Space> space_;
+  uint64_t largest_shard_ = 0;
   Planner planner_;
   std::thread prefetcher_;
   std::atomic<uint64_t> epoch_{0};

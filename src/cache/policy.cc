@@ -90,6 +90,8 @@ void NodeCacheImpl::PrefetchLoop() {
     std::vector<uint32_t> ahead;
     {
       FolderTables::Locked l(tables_);
+      // No free room: nothing to do until reads make some.
+      if (tables_.header().used + largest_shard_ > space_->capacity()) continue;
       ahead = Planner::Ahead(v, tables_, options_.prefetch_shards);
     }
     for (uint32_t s : ahead) {
