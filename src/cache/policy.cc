@@ -68,8 +68,13 @@ bool NodeCacheImpl::Reserve(uint32_t s, bool prefetch) {
   return true;
 }
 
-// A read of shard s: the LRU clock and (a whole-shard read or a reader's
-// open, which a rank makes once per epoch) the plan's progress and marks.
+// A read of shard s, once done: the LRU clock and (a whole-shard read or a
+// reader's open, which a rank makes once per epoch) the plan's progress and
+// marks. After the read, not before: a rank waiting on another's fetch of
+// the same shard is then still unmarked, so the fetcher sees it needs the
+// shard now and keeps it; marked at the start, the waiter looked done and
+// the fetch was declined or evicted early, and the waiter fetched it again
+// (Ceph, half-size cache: 1.14-1.29x MIN before, 1.03-1.09x after).
 void NodeCacheImpl::Touch(uint32_t s, bool whole) {
   const Planner::View v = planned_ && whole ? planner_.Current() : Planner::View{};
   if (whole) LogAccess(epoch_, s);

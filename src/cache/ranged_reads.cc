@@ -87,8 +87,11 @@ class MemoryReader final : public ObjectReader {
 Result<std::unique_ptr<ObjectReader>> NodeCacheImpl::OpenReader(std::string_view key) {
   auto it = shard_of_key_.find(key);
   if (it == shard_of_key_.end()) return target()->OpenReader(key);
-  Touch(it->second, /*whole=*/true);  // a rank opens each of its shards once per epoch
-  return OpenShardReader(it->second);
+  auto reader = OpenShardReader(it->second);
+  // A rank opens each of its shards once per epoch: its read, once done
+  // (see Touch).
+  if (reader.ok()) Touch(it->second, /*whole=*/true);
+  return reader;
 }
 
 Result<std::unique_ptr<ObjectReader>> NodeCacheImpl::OpenShardReader(uint32_t s) {
@@ -123,8 +126,8 @@ Result<size_t> NodeCacheImpl::ReadShard(uint32_t s, uint64_t offset, std::span<s
   const uint64_t bytes = manifest_.shards[s].bytes;
   const bool whole = offset == 0 && dst.size() >= bytes;
   if (whole) {
-    Touch(s, true);
     STOKER_RETURN_IF_ERROR(GetWhole(s, dst.first(bytes), /*prefetch=*/false));
+    Touch(s, true);  // once read: see Touch
     return size_t(bytes);
   }
   // Part of a shard: through a reader, which fetches it whole first.
