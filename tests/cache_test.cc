@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cache/optimum.h"
 #include "cache_testutil.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
@@ -277,6 +278,29 @@ TEST(NodeCache, PlannedEvictionBeatsLruOnHalfTheDataset) {
   uint64_t largest = 0;
   for (const auto& s : d.manifest.shards) largest = std::max<uint64_t>(largest, s.bytes);
   EXPECT_LE(planned[0], d.bytes + 2 * largest);
+}
+
+// The bound `bench node` reports: Belady's MIN over a read sequence.
+TEST(NodeCache, OfflineOptimumIsBeladysMin) {
+  using cache_internal::Access;
+  const std::vector<uint64_t> one = {1, 1, 1, 1};
+  auto seq = [](std::vector<std::pair<uint64_t, uint32_t>> reads) {
+    std::vector<Access> out;
+    for (const auto& [epoch, shard] : reads) out.push_back({out.size(), epoch, shard});
+    return out;
+  };
+  // Room for 2: A B C | A B C. At C, B (read again after A) goes; at B, A
+  // (never again) goes: 3 misses, then 1.
+  auto a = seq({{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}});
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(a, one, 2), (std::vector<uint64_t>{3, 1}));
+  // Room for 1: A B A. B is never read again: declined, A stays.
+  auto b = seq({{0, 0}, {0, 1}, {0, 0}});
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(b, one, 1), (std::vector<uint64_t>{2}));
+  // No limit: each shard once. Sizes count: a shard larger than the room is
+  // read every time.
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(a, one, 0), (std::vector<uint64_t>{3, 0}));
+  const std::vector<uint64_t> big = {5, 1, 1, 1};
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(a, big, 2), (std::vector<uint64_t>{7, 5}));
 }
 
 TEST(NodeCache, DatasetsAreKeptApart) {
