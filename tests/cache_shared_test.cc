@@ -1,7 +1,8 @@
 // The node cache shared two ways: per-sample reads (the loader's read_unit
 // "sample") served in ranges from cache files that the node fetched whole
-// once, and two datasets in one cache folder under one limit, read by real
-// loaders in two processes at once.
+// once, and two datasets in one cache folder under one limit: read by real
+// loaders in two processes at once, and step by step (one dataset's fetches
+// keep the other's shards its ranks are about to read).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -191,6 +192,55 @@ TEST(NodeCacheShared, TwoDatasetsShareOneLimit) {
   EXPECT_GT(in_a, 0u);
   EXPECT_GT(in_b, 0u);
   EXPECT_LE(in_a + in_b, limit);
+}
+
+// Two datasets in one folder, step by step: B's fetches do not evict A's
+// shards that A's ranks are about to read, and do evict them once A's
+// ranks are done with them for the epoch.
+TEST(NodeCacheShared, AnotherDatasetsShardsAboutToBeReadAreKept) {
+  TempDir t;
+  Dataset a(t.path() / "a", 200, 35, 16 << 10), b(t.path() / "b", 200, 36, 16 << 10);
+  ASSERT_GE(a.manifest.shards.size(), 20u);
+  const std::string dir = (t.path() / "cache").string();
+  CacheOptions o;
+  o.capacity_bytes = a.bytes / 3;
+  o.prefetch_shards = 0;  // every fetch is this test's
+  PlanOptions plan;       // two ranks of one node; both need every shard
+  plan.shuffle = false;
+  plan.world_size = 2;
+  plan.batch_size = 4;
+  auto a0 = Open(a, dir, o);
+  ASSERT_TRUE(a0.ok()) << a0.status().ToString();
+  ASSERT_TRUE((*a0)->BeginEpoch(plan, 0, 0).ok());
+  // Rank 0 of A reads shards until the folder is full: each waits for rank 1.
+  uint32_t n = 0;
+  while (FolderBytes(dir) + a.manifest.shards[n].bytes <= o.capacity_bytes) {
+    ASSERT_EQ(ReadAndCheck(**a0, a, n), "");
+    n++;
+  }
+  const std::string a_dir = (*a0)->dataset_dir();
+  const uint64_t a_held = FolderBytes(a_dir);
+  ASSERT_GT(n, 3u);
+  // B (another job, LRU) reads all its shards: A's stay.
+  o.policy = "lru";
+  auto b0 = Open(b, dir, o);
+  ASSERT_TRUE(b0.ok());
+  for (uint32_t s = 0; s < b.manifest.shards.size(); ++s) ASSERT_EQ(ReadAndCheck(**b0, b, s), "");
+  EXPECT_EQ(FolderBytes(a_dir), a_held) << "B evicted shards A's rank 1 is about to read";
+  EXPECT_LE(FolderBytes(dir), o.capacity_bytes);
+  EXPECT_EQ((*b0)->stats().remote_bytes, b.bytes) << "B read its shards (uncached where no room)";
+  // Rank 1 of A reads them too: done for the epoch, so B may take their room.
+  o.policy = "planned";
+  auto a1 = Open(a, dir, o);
+  ASSERT_TRUE(a1.ok());
+  plan.rank = 1;
+  ASSERT_TRUE((*a1)->BeginEpoch(plan, 0, 0).ok());
+  for (uint32_t s = 0; s < n; ++s) ASSERT_EQ(ReadAndCheck(**a1, a, s), "");
+  EXPECT_EQ((*a1)->stats().remote_bytes, 0u) << "rank 1 found A's shards in the cache";
+  for (uint32_t s = 0; s < b.manifest.shards.size(); ++s) ASSERT_EQ(ReadAndCheck(**b0, b, s), "");
+  EXPECT_LT(FolderBytes(a_dir), a_held) << "B could not use the room of A's finished shards";
+  EXPECT_GT(FolderBytes((*b0)->dataset_dir()), o.capacity_bytes - a_held);
+  EXPECT_LE(FolderBytes(dir), o.capacity_bytes);
 }
 
 }  // namespace
