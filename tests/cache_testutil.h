@@ -2,7 +2,9 @@
 // counts (and can hold up) reads, children that report back, counters.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -160,6 +162,38 @@ inline uint64_t FolderBytes(const fs::path& dir) {
       if (!e2) total += size;
     }
   }
+  return total;
+}
+
+// The bytes of the cache files under `dir` (a cache folder), measured under
+// the folder lock, so that no eviction or bookkeeping runs meanwhile, and
+// counting a shard whose temporary file is renamed during the listing once
+// (a listing is no snapshot: a file renamed or replaced while it runs can
+// be seen under both names).
+inline uint64_t LockedFolderBytes(const fs::path& dir) {
+  const int fd = open((dir / "stoker-cache.table").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) flock(fd, LOCK_EX);
+  std::map<std::string, uint64_t> per_shard;  // "<folder>/<shard>" -> bytes
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    unsigned shard;
+    int pid;
+    if (std::sscanf(name.c_str(), "%u.stks", &shard) != 1 &&
+        std::sscanf(name.c_str(), ".tmp-%u-%d", &shard, &pid) != 2) {
+      continue;
+    }
+    std::error_code e2;
+    const auto size = fs::file_size(it->path(), e2);
+    if (e2) continue;
+    uint64_t& b = per_shard[it->path().parent_path().string() + "/" + std::to_string(shard)];
+    b = std::max<uint64_t>(b, size);
+  }
+  if (fd >= 0) close(fd);  // drops the lock
+  uint64_t total = 0;
+  for (const auto& [k, b] : per_shard) total += b;
   return total;
 }
 

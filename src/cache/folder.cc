@@ -87,6 +87,10 @@ Status FolderTables::Open(const std::string& dir, const std::string& ds_dir, uin
   }
   DatasetHeader& d = dataset();
   if (d.magic != kDatasetMagic || d.shards != shards) {
+    for (uint64_t i = 0; i < shards; ++i) {
+      At(uint32_t(i)).soon = 0;
+      At(uint32_t(i)).unused = 0;
+    }
     d.shards = shards;
     d.magic = kDatasetMagic;
   }

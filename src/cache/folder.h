@@ -24,8 +24,11 @@
 
 namespace stoker::cache_internal {
 
-inline constexpr uint64_t kFolderMagic = 0x31454843414b5453ull;   // "STKACHE1"
-inline constexpr uint64_t kDatasetMagic = 0x32534443414b5453ull;  // "STKACDS2"
+inline constexpr uint64_t kFolderMagic = 0x31454843414b5453ull;  // "STKACHE1"
+// "STKACDS3": Entry::soon where version 2 kept a read count, then the
+// ranks' progress and the read marks. A version 2 table is taken over with
+// `soon` cleared (its files and bytes stay counted).
+inline constexpr uint64_t kDatasetMagic = 0x33534443414b5453ull;  // "STKACDS3"
 
 struct FolderHeader {
   uint64_t magic;
