@@ -113,7 +113,7 @@ void Space::EvictIdle(std::vector<Candidate> own, bool others, uint64_t bytes) {
   std::error_code ec;
   for (const auto& d : std::filesystem::directory_iterator(mine.parent_path(), ec)) {
     if (!others) break;
-    if (!d.is_directory(ec) || d.path() == mine) continue;
+    if (!d.is_directory(ec) || std::filesystem::equivalent(d.path(), mine, ec)) continue;
     OtherTable* t = MapOther(d.path().string());
     if (!t) continue;
     for (uint32_t x = 0; x < t->shards; ++x) {
