@@ -35,7 +35,8 @@ void RegisterTuneComm(CLI::App& app, Action* action) {
   }
   auto* cmd = tune->add_subcommand(
       "comm",
-      "Sweep NCCL_ALGO x NCCL_PROTO (nccl) or Open MPI's tuned allreduce algorithms (mpi), a job "
+      "Sweep NCCL_ALGO x NCCL_PROTO (nccl), or stoker's ring and Open MPI's tuned allreduce "
+      "algorithms (mpi), a job "
       "per setting, 3 runs each; print the best per size against the default and write an "
       "environment file");
   struct Args {

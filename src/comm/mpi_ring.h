@@ -1,0 +1,29 @@
+// stoker's own allreduce for the mpi backend: a ring (reduce-scatter, then
+// allgather) over nonblocking point-to-point, segmented so that each piece is
+// reduced while it is still in cache.
+//
+// Why it exists: Open MPI 4.1's tuned allreduce algorithms malloc a scratch
+// buffer of up to the message size on every call; above glibc's largest mmap
+// threshold (32 MiB) that is a fresh mmap each time, so every call page-
+// faults and zeroes it again (8192 minor faults per call at 64 MiB, measured
+// with /usr/bin/time; docs/benchmarks.md). This ring receives straight into
+// the output buffer and reduces there (MPI_Reduce_local), so it allocates
+// nothing per call. Moved per rank: 2(n-1)/n of the message, as any ring.
+//
+// Thread safety: as MPI's collectives: one call at a time per communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+
+namespace stoker::comm {
+
+// MPI_Allreduce(send, recv, count, type, op, comm) for a commutative `op`,
+// `elem` bytes per element, out of place (send != recv). Messages are at
+// most `segment_bytes` (rounded down to whole elements, at least one).
+// Returns an MPI error code (MPI_SUCCESS).
+int RingAllreduce(const void* send, void* recv, size_t count, MPI_Datatype type, size_t elem,
+                  MPI_Op op, MPI_Comm comm, size_t segment_bytes, int sleep_us);
+
+}  // namespace stoker::comm
