@@ -202,6 +202,9 @@ struct CommTuneSize {
 struct CommTuneReport {
   std::vector<CommTuneSetting> settings;
   std::vector<std::string> unavailable;  // "NVLS/LL: <why>"
+  // What busbw below holds: "busbw", or "algbw" for a job of one rank,
+  // whose bus bandwidth is 0 by nccl-tests' definition (factor 2(n-1)/n).
+  std::string metric = "busbw";
   // Every run: busbw[setting][size index][repeat], GB/s.
   std::vector<std::vector<std::vector<double>>> busbw;
   std::vector<CommTuneSize> sizes;

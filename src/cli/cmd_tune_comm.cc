@@ -106,8 +106,8 @@ void RegisterTuneComm(CLI::App& app, Action* action) {
                   o.backend.c_str(), args->op.c_str(), args->dtype.c_str(), r->world_size,
                   o.repeats, r->settings.size());
       for (const auto& u : r->unavailable) std::printf("#   unavailable: %s\n", u.c_str());
-      std::printf("%14s %16s %12s %12s %9s %9s %s\n", "size(B)", "best", "busbw", "default", "gain",
-                  "spread", "");
+      std::printf("%14s %16s %12s %12s %9s %9s %s\n", "size(B)", "best", r->metric.c_str(),
+                  "default", "gain", "spread", "");
       for (const auto& s : r->sizes) {
         std::printf("%14llu %16s %12.3f %12.3f %+8.1f%% %8.1f%% %s\n",
                     static_cast<unsigned long long>(s.bytes), s.best.c_str(), s.best_busbw,

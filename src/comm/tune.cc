@@ -285,9 +285,10 @@ Result<CommTuneReport> TuneComm(const CommTuneOptions& o) {
         continue;
       }
       report.world_size = j.value("world_size", 0);
+      if (report.world_size == 1) report.metric = "algbw";
       const auto& results = j["results"];
       for (size_t k = 0; k < sizes.size() && k < results.size(); ++k) {
-        report.busbw[si][k].push_back(results[k].value("busbw_gbps", 0.0));
+        report.busbw[si][k].push_back(results[k].value(report.metric + "_gbps", 0.0));
         measured_bytes[k] = results[k].value("bytes", uint64_t{0});
       }
     }
@@ -354,11 +355,11 @@ std::string CommTuneEnvFile(const CommTuneOptions& o, const CommTuneReport& r) {
   for (const auto& s : r.sizes) {
     char line[256];
     std::snprintf(line, sizeof line,
-                  "#   %llu B: best %s %.3f GB/s busbw, default %.3f (%+.1f%%, spread %.1f%% / "
+                  "#   %llu B: best %s %.3f GB/s %s, default %.3f (%+.1f%%, spread %.1f%% / "
                   "%.1f%%)%s\n",
                   static_cast<unsigned long long>(s.bytes), s.best.c_str(), s.best_busbw,
-                  s.default_busbw, 100 * s.gain, 100 * s.best_spread, 100 * s.default_spread,
-                  s.beats_default ? "" : " (within noise)");
+                  r.metric.c_str(), s.default_busbw, 100 * s.gain, 100 * s.best_spread,
+                  100 * s.default_spread, s.beats_default ? "" : " (within noise)");
     f << line;
   }
   if (r.recommended.env.empty()) {
