@@ -81,26 +81,43 @@ limit() {
 note() {
   local name=$1 status=$2
   shift 2
-  summary+=("$(printf '%-44s %-7s %s' "$name" "$status" "$*")")
+  summary+=("$(printf '%-40s %-7s %s' "$name" "$status" "$*")")
   [[ $status == FAIL ]] && fail=1
   return 0
 }
 
+# Starts a step: NAME SECONDS HEADER. Prints the header and sets t to the
+# step's limit; false, with NAME SKIPPED in the summary, when no time is left.
+begin() {
+  name=$1
+  echo
+  echo "==== $3 (at $(($(date +%s) - started)) s) ===="
+  t=$(limit "$2")
+  ((t > 0)) && return 0
+  note "$name" SKIPPED "no time left"
+  return 1
+}
+
+# Ends the step begun: PASS if OK is 0, else FAIL. OK NOTE
+verdict() {
+  if (($1 == 0)); then note "$name" PASS "$2"; else note "$name" FAIL "$2"; fi
+}
+
 run() {
-  local out=${OUT:-/tmp/gpu-comm}
+  local out=${OUT:-/tmp/gpu-comm} budget=${STOKER_COMM_BUDGET:-560}
   fail=0
   summary=()
-  deadline=$(($(date +%s) + ${STOKER_COMM_BUDGET:-560}))
+  started=$(date +%s)
+  deadline=$((started + budget))
   mkdir -p "$out"
   export LD_LIBRARY_PATH=$PWD/$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   local stoker=$PWD/$carry/bin/stoker
   local tr=(torchrun --standalone --nproc_per_node=1)
-  local max=${STOKER_COMM_MAX:-1G} t rc
-  step() { echo; echo "==== $* ($(($(date +%s) - deadline + ${STOKER_COMM_BUDGET:-560})) s) ===="; }
+  local max=${STOKER_COMM_MAX:-1G} rc line
   local steps=${STOKER_COMM_STEPS:-bench,corrupt,torch,tune,sanitizer}
   want() { [[ ",$steps," == *",$1,"* ]]; }
 
-  step "machine"
+  begin machine 30 "machine"
   {
     date -u
     nproc
@@ -116,28 +133,25 @@ run() {
   find_nccl
   echo "NCCL library: ${STOKER_NCCL_LIBRARY:-libnccl.so.2 on the library path}"
 
-  step "outside a launcher: the error that says how to launch"
+  begin "outside a launcher: InvalidArgument" 30 "outside a launcher: the error that says how to launch"
   "$stoker" bench comm --backend nccl --max-bytes 1K
   rc=$?
   echo "exit $rc (want 11)"
-  if ((rc == 11)); then note "outside a launcher: InvalidArgument" PASS; else note "outside a launcher: InvalidArgument" FAIL "exit $rc"; fi
+  ((rc == 11))
+  verdict $? "exit $rc"
 
-  step "topo"
+  begin topo 30 "topo"
   "$stoker" topo | tee "$out/topo.txt"
   "$stoker" topo --json >"$out/topo.json" || fail=1
 
-  if want bench; then
-    step "bench comm --backend nccl: every op x dtype, 8 B - $max, checked (world size 1)"
-    t=$(limit 170)
-    if ((t == 0)); then
-      note "bench: every op x dtype to $max" SKIPPED "no time left"
-    else
-      timeout "$t" "${tr[@]}" --no_python "$stoker" bench comm --backend nccl --ops all --dtypes all \
-        --max-bytes "$max" --warmup 2 --iters 10 --json >"$out/bench_all.json" 2>"$out/bench_all.err"
-      rc=$?
-      echo "exit $rc"
-      ((rc == 0)) || tail -20 "$out/bench_all.err"
-      if line=$(python3 - "$out/bench_all.json" <<'PY'
+  if want bench && begin "bench: every op x dtype to $max" 170 \
+    "bench comm --backend nccl: every op x dtype, 8 B - $max, checked (world size 1)"; then
+    timeout "$t" "${tr[@]}" --no_python "$stoker" bench comm --backend nccl --ops all --dtypes all \
+      --max-bytes "$max" --warmup 2 --iters 10 --json >"$out/bench_all.json" 2>"$out/bench_all.err"
+    rc=$?
+    echo "exit $rc"
+    ((rc == 0)) || tail -20 "$out/bench_all.err"
+    line=$(python3 - "$out/bench_all.json" <<'PY'
 import json, sys
 try:
     r = json.load(open(sys.argv[1]))
@@ -164,48 +178,32 @@ if missing:
     sys.exit(1)
 print(f"{len(res)} results (24 op x dtype, up to {top} B), every element checked, 0 wrong")
 PY
-      ) && ((rc == 0)); then
-        note "bench: every op x dtype to $max" PASS "$line"
-      else
-        note "bench: every op x dtype to $max" FAIL "exit $rc; $line"
-      fi
-    fi
+    ) && ((rc == 0))
+    verdict $? "exit $rc; $line"
   fi
 
-  if want corrupt; then
-    step "the corruption hook is caught on the GPU path"
-    t=$(limit 40)
-    if ((t == 0)); then
-      note "corruption hook on the GPU" SKIPPED "no time left"
-    else
-      STOKER_COMM_TEST_CORRUPT=0 timeout "$t" "${tr[@]}" --no_python "$stoker" bench comm \
-        --backend nccl --ops allreduce,reducescatter --dtypes float16 --max-bytes 1M \
-        >"$out/corrupt.log" 2>&1
-      rc=$?
-      line=$(grep -m1 -o "rank 0: [a-z]* float16 [0-9]* B: element [0-9]* of [0-9]*: got 0.*" "$out/corrupt.log")
-      echo "exit $rc: ${line:-no corruption reported}"
-      if [[ -n $line ]] && ((rc != 0)); then
-        note "corruption hook on the GPU" PASS "exit $rc, $line"
-      else
-        tail -10 "$out/corrupt.log"
-        note "corruption hook on the GPU" FAIL "exit $rc, not named"
-      fi
-    fi
+  if want corrupt && begin "corruption hook on the GPU" 40 \
+    "the corruption hook is caught on the GPU path"; then
+    STOKER_COMM_TEST_CORRUPT=0 timeout "$t" "${tr[@]}" --no_python "$stoker" bench comm \
+      --backend nccl --ops allreduce,reducescatter --dtypes float16 --max-bytes 1M \
+      >"$out/corrupt.log" 2>&1
+    rc=$?
+    line=$(grep -m1 -o "rank 0: [a-z]* float16 [0-9]* B: element [0-9]* of [0-9]*: got 0.*" "$out/corrupt.log")
+    echo "exit $rc: ${line:-no corruption reported}"
+    [[ -n $line ]] || tail -10 "$out/corrupt.log"
+    [[ -n $line ]] && ((rc != 0))
+    verdict $? "exit $rc, ${line:-not named}"
   fi
 
-  if want torch; then
-    step "stoker nccl allreduce vs torch.distributed nccl all_reduce (same run, interleaved)"
-    t=$(limit 150)
-    if ((t == 0)); then
-      note "vs torch.distributed nccl" SKIPPED "no time left"
-    else
-      timeout "$t" python3 bench/comm_bench.py --backend nccl --np 1 --stoker "$stoker" \
-        --min 1048576 --max "${STOKER_COMM_TORCH_MAX:-1073741824}" --step 4 \
-        --repeats "${STOKER_COMM_REPEATS:-3}" --iters 20 --warmup 5 \
-        --torchrun "torchrun --standalone" --json "$out/vs_torch.json" 2>"$out/vs_torch.err"
-      rc=$?
-      ((rc == 0)) || tail -20 "$out/vs_torch.err"
-      if line=$(python3 - "$out/vs_torch.json" <<'PY'
+  if want torch && begin "vs torch.distributed nccl" 150 \
+    "stoker nccl allreduce vs torch.distributed nccl all_reduce (same run, interleaved)"; then
+    timeout "$t" python3 bench/comm_bench.py --backend nccl --np 1 --stoker "$stoker" \
+      --min 1048576 --max "${STOKER_COMM_TORCH_MAX:-1073741824}" --step 4 \
+      --repeats "${STOKER_COMM_REPEATS:-3}" --iters 20 --warmup 5 \
+      --torchrun "torchrun --standalone" --json "$out/vs_torch.json" 2>"$out/vs_torch.err"
+    rc=$?
+    ((rc == 0)) || tail -20 "$out/vs_torch.err"
+    line=$(python3 - "$out/vs_torch.json" <<'PY'
 import json, sys
 try:
     t = json.load(open(sys.argv[1]))["table"][-1]
@@ -215,65 +213,45 @@ except Exception as e:
 r = ", ".join(f"stoker/{k} {v:.3f}" for k, v in t["ratio"].items())
 print(f"at {t['bytes']} B ({t['metric'][:5]}, one GPU): {r} (target >= 0.98)")
 PY
-      ) && ((rc == 0)); then
-        note "vs torch.distributed nccl" PASS "$line"
-      else
-        note "vs torch.distributed nccl" FAIL "exit $rc ${line:-}"
-      fi
-    fi
+    ) && ((rc == 0))
+    verdict $? "exit $rc; $line"
   fi
 
-  if want tune; then
-    step "tune comm at 25 MiB (Ring and Tree, Simple/LL/LL128; NVLS off)"
-    t=$(limit 150)
-    if ((t == 0)); then
-      note "tune comm, nccl, 25 MiB" SKIPPED "no time left"
-    else
-      # 5 settings x 3 runs, a torchrun job each. With one GPU NCCL has no
-      # ring or tree to choose; the step shows the tool's path on the GPU.
-      timeout "$t" "$stoker" tune comm --backend nccl \
-        --launcher "torchrun --standalone --nproc_per_node=1 --no_python" --bucket-mib 25 \
-        --iters 10 --timeout 60 \
-        --only "${STOKER_COMM_TUNE_ONLY:-Ring/Simple,Ring/LL,Ring/LL128,Tree/Simple}" \
-        --write "$out/nccl.env" >"$out/tune.txt" 2>&1
-      rc=$?
-      cat "$out/tune.txt"
-      [[ -f $out/nccl.env ]] && cat "$out/nccl.env"
-      line=$(grep -m1 -E "recommended:|nothing beats the default" "$out/tune.txt")
-      if ((rc == 0)) && [[ -n $line && -f $out/nccl.env ]]; then
-        note "tune comm, nccl, 25 MiB" PASS "$line"
-      else
-        note "tune comm, nccl, 25 MiB" FAIL "exit $rc ${line:-}"
-      fi
-    fi
+  if want tune && begin "tune comm, nccl, 25 MiB" 150 \
+    "tune comm at 25 MiB (Ring and Tree, Simple/LL/LL128; NVLS off)"; then
+    # 5 settings x 3 runs, a torchrun job each. With one GPU NCCL has no
+    # ring or tree to choose; the step shows the tool's path on the GPU.
+    timeout "$t" "$stoker" tune comm --backend nccl \
+      --launcher "torchrun --standalone --nproc_per_node=1 --no_python" --bucket-mib 25 \
+      --iters 10 --timeout 60 \
+      --only "${STOKER_COMM_TUNE_ONLY:-Ring/Simple,Ring/LL,Ring/LL128,Tree/Simple}" \
+      --write "$out/nccl.env" >"$out/tune.txt" 2>&1
+    rc=$?
+    cat "$out/tune.txt"
+    [[ -f $out/nccl.env ]] && cat "$out/nccl.env"
+    line=$(grep -m1 -E "recommended:|nothing beats the default" "$out/tune.txt")
+    ((rc == 0)) && [[ -n $line && -f $out/nccl.env ]]
+    verdict $? "exit $rc; $line"
   fi
 
-  if want sanitizer; then
-    local sdt=${STOKER_COMM_SANITIZER_DTYPES:-float16,int32}
-    step "compute-sanitizer (memcheck) over every op, $sdt, to 1 MiB"
+  local sdt=${STOKER_COMM_SANITIZER_DTYPES:-float16,int32}
+  if want sanitizer && begin "compute-sanitizer, $sdt" 90 \
+    "compute-sanitizer (memcheck) over every op, $sdt, to 1 MiB"; then
     # float32 and bfloat16 ran clean to 4 MiB on 2026-12-04 (docs/benchmarks.md).
     # API errors are not reported: NCCL's own init probes kernels the driver has
     # no image for (cudaFuncGetAttributes -> cudaErrorNoKernelImageForDevice,
     # 8 of them, all inside ncclInitKernelsForDevice, handled by NCCL); memcheck
     # still checks every memory access of the collectives' kernels.
-    t=$(limit 90)
-    if ((t == 0)); then
-      note "compute-sanitizer, $sdt" SKIPPED "no time left"
-    else
-      RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29611 \
-        timeout "$t" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
-        "$stoker" bench comm --backend nccl --ops all --dtypes "$sdt" --max-bytes 1M --iters 2 \
-        --warmup 1 >"$out/sanitizer.log" 2>&1
-      rc=$?
-      line=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)
-      echo "compute-sanitizer: exit $rc; $line"
-      if ((rc == 0)); then
-        note "compute-sanitizer, $sdt" PASS "$line"
-      else
-        tail -15 "$out/sanitizer.log"
-        note "compute-sanitizer, $sdt" FAIL "exit $rc; $line"
-      fi
-    fi
+    RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29611 \
+      timeout "$t" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 \
+      "$stoker" bench comm --backend nccl --ops all --dtypes "$sdt" --max-bytes 1M --iters 2 \
+      --warmup 1 >"$out/sanitizer.log" 2>&1
+    rc=$?
+    line=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)
+    echo "compute-sanitizer: exit $rc; $line"
+    ((rc == 0)) || tail -15 "$out/sanitizer.log"
+    ((rc == 0))
+    verdict $? "exit $rc; $line"
   fi
 
   echo

@@ -21,7 +21,9 @@ namespace stoker::comm {
 
 // MPI_Allreduce(send, recv, count, type, op, comm) for a commutative `op`,
 // `elem` bytes per element, out of place (send != recv). Messages are at
-// most `segment_bytes` (rounded down to whole elements, at least one).
+// most `segment_bytes` (rounded down to whole elements, at least one). A
+// wait that has spun 100 us sleeps `sleep_us` between polls (0: MPI_Wait),
+// so that oversubscribed ranks give their core to the peer they wait for.
 // Returns an MPI error code (MPI_SUCCESS).
 int RingAllreduce(const void* send, void* recv, size_t count, MPI_Datatype type, size_t elem,
                   MPI_Op op, MPI_Comm comm, size_t segment_bytes, int sleep_us);

@@ -30,7 +30,8 @@ def clean_env(**extra):
            if k not in RANK_VARS and not k.startswith("STOKER_COMM_TEST")
            and not k.startswith("NCCL_") and not k.startswith("STOKER_COMM_MPI_")
            and k != "STOKER_TOPO_FILE"}
-    # Shared memory without CMA: containers forbid process_vm_readv.
+    # Shared memory without CMA: some containers forbid process_vm_readv
+    # (this VM allows it); the results must not depend on it.
     env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
     # 4 ranks on 2 cores: ranks that spin while waiting starve the one that
     # works (busbw varies 25-fold without this; docs/benchmarks.md).
