@@ -16,12 +16,14 @@ cd "$(dirname "$0")/.."
 nps=${1:-2 4}
 sizes=${2:-8388608,67108864}
 repeats=${3:-3}
+# The Python with torch: Debian's on the build VM (PYTHON overrides).
+python=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo python3)}
 peer=/tmp/stoker_comm_mpi_peer
 mpicc -O2 -o "$peer" bench/comm_mpi_peer.c
 mpirun=(mpirun --allow-run-as-root --oversubscribe)
 log=$(mktemp)
 busbw() {
-  python3 -c 'import json,sys; t=sys.stdin.read(); print(" ".join(f"{r["busbw_gbps"]:.3f}" for r in json.loads(t[t.index("{"):])["results"]))'
+  python3 -c 'import json,sys; t=sys.stdin.read(); print(" ".join("%.3f" % r["busbw_gbps"] for r in json.loads(t[t.index("{"):])["results"]))'
 }
 y="--mca mpi_yield_when_idle 1"
 settings=(
@@ -35,7 +37,7 @@ for a in 1 2 3 4 5 6; do
 done
 for rep in $(seq "$repeats"); do
   for np in $nps; do
-    echo "$rep|$np|torch gloo|$("${mpirun[@]}" -np "$np" python3 bench/comm_peer.py --backend gloo \
+    echo "$rep|$np|torch gloo|$("${mpirun[@]}" -np "$np" "$python" bench/comm_peer.py --backend gloo \
       --sizes "$sizes" --warmup 2 --iters 5 2>/dev/null </dev/null | busbw)" | tee -a "$log"
     for s in "${settings[@]}"; do
       # shellcheck disable=SC2086 # the setting's MCA arguments split on purpose
@@ -62,7 +64,10 @@ echo
 echo "page faults per MPI_Allreduce of the largest size, 2 ranks (minor faults at 12 - at 2 calls, / 10):"
 big=${sizes##*,}
 for it in 2 12; do
-  "${mpirun[@]}" $y -np 2 /usr/bin/time -f "faults $it %R" "$peer" "$big" 0 "$it" \
-    </dev/null 2>&1 >/dev/null | grep '^faults' | head -1
-done | awk '{f[$2]=$3} END {printf "  %.0f per call (%.1f MiB of fresh pages)\n", (f[12]-f[2])/10, (f[12]-f[2])/10*4/1024}'
-rm -f "$log"
+  # time writes a file per rank: its output on stderr can be lost when mpirun ends.
+  "${mpirun[@]}" $y -np 2 sh -c "/usr/bin/time -f %R -o $log.\$OMPI_COMM_WORLD_RANK.$it $peer $big 0 $it" \
+    </dev/null >/dev/null 2>&1
+done
+echo "  rank 0: $((($(cat "$log.0.12") - $(cat "$log.0.2")) / 10)) per call" \
+  "($((($(cat "$log.0.12") - $(cat "$log.0.2")) * 4 / 10 / 1024)) MiB of fresh pages)"
+rm -f "$log" "$log".*

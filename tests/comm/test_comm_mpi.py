@@ -143,17 +143,21 @@ def test_mismatched_arguments_are_named():
     assert "arguments differ across ranks; rank 1: --iters 3 (rank 0: --iters 20)" in p.stderr
 
 
-def test_killed_rank_stops_the_others_naming_it():
+# "ring": the others wait in stoker's ring (polling and sleeping), not in
+# MPI_Allreduce.
+@pytest.mark.parametrize("allreduce", ["auto", "ring"])
+def test_killed_rank_stops_the_others_naming_it(allreduce):
     p, took = mpirun(4, ["bench", "comm", "--max", "64K", "--timeout", "20"],
-                     env=clean_env(STOKER_COMM_TEST_DIE="2"))
+                     env=clean_env(STOKER_COMM_TEST_DIE="2", STOKER_COMM_MPI_ALLREDUCE=allreduce))
     assert p.returncode != 0
     assert took < 60
     assert re.search(r"rank 2 .*(exited on signal 9|Killed)", p.stdout + p.stderr), p.stderr
 
 
-def test_hung_rank_times_out_instead_of_hanging():
+@pytest.mark.parametrize("allreduce", ["auto", "ring"])
+def test_hung_rank_times_out_instead_of_hanging(allreduce):
     p, took = mpirun(4, ["bench", "comm", "--max", "64K", "--timeout", "5"],
-                     env=clean_env(STOKER_COMM_TEST_HANG="1"))
+                     env=clean_env(STOKER_COMM_TEST_HANG="1", STOKER_COMM_MPI_ALLREDUCE=allreduce))
     assert p.returncode != 0
     assert took < 60
     assert "no progress for 5 s while" in p.stderr
