@@ -291,7 +291,8 @@ def test_tune_writes_the_setting_it_measured_best(tmp_path):
     p = tune(["--launcher", fake, "--bucket-mib", "25", "--write", str(out),
               "--only", "Ring/LL128,Tree/Simple,NVLS/LL128"], env)
     assert p.returncode == 0, p.stderr
-    assert re.search(r"recommended: Ring/LL128 \(\+(19|20|21|22)\.\d% over the default", p.stdout)
+    # 120 against 100, each run within +-1%: a median gain of 17.6-22.4%.
+    assert re.search(r"recommended: Ring/LL128 \(\+(1[7-9]|2[0-3])\.\d% over the default", p.stdout)
     assert "unavailable: NVLS/LL128" in p.stdout
     assert exports(out) == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128"}
     assert "26214400 B: best Ring/LL128" in out.read_text()
