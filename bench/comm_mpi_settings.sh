@@ -3,11 +3,13 @@
 # torch.distributed's gloo on one machine: each setting's MPI_Allreduce loop
 # (bench/comm_mpi_peer.c) against gloo (bench/comm_peer.py), the same ranks,
 # sizes and launcher, rounds interleaved; then the page faults per call that
-# explain most of the gap (Open MPI's per-call scratch buffer). "cma" is
+# come with Open MPI's per-call scratch buffer (and go with glibc told to
+# keep freed memory: MALLOC_MMAP_MAX_=0, a huge MALLOC_TRIM_THRESHOLD_). "cma" is
 # Open MPI's default here; stoker's own ring is measured by comm_bench.py.
 #
-#   bash bench/comm_mpi_settings.sh [NP_LIST [SIZES [REPEATS]]]
-#   defaults: "2 4", 8388608,67108864, 3
+#   bash bench/comm_mpi_settings.sh [NP_LIST [SIZES [REPEATS [FAULT_ENV]]]]
+#   defaults: "2 4", 8388608,67108864, 3, none; FAULT_ENV, e.g.
+#   "-x MALLOC_MMAP_MAX_=0", is added to the page-fault count's mpirun
 # Prints one line per run: round, ranks, setting, busbw GB/s per size; then
 # the medians. Every setting runs with its own mpirun and
 # mpi_yield_when_idle 1 unless it says otherwise.
@@ -16,6 +18,7 @@ cd "$(dirname "$0")/.."
 nps=${1:-2 4}
 sizes=${2:-8388608,67108864}
 repeats=${3:-3}
+fault_env=${4:-}
 # The Python with torch: Debian's on the build VM (PYTHON overrides).
 python=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo python3)}
 peer=/tmp/stoker_comm_mpi_peer
@@ -31,6 +34,7 @@ settings=(
   "none (no single copy)|$y --mca btl_vader_single_copy_mechanism none"
   "cma, no yield|--mca mpi_yield_when_idle 0 --mca btl_vader_single_copy_mechanism cma"
   "tcp|$y --mca btl tcp,self"
+  "cma, glibc keeps freed memory|$y -x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=4294967295"
 )
 for a in 1 2 3 4 5 6; do
   settings+=("cma, allreduce algorithm $a|$y --mca btl_vader_single_copy_mechanism cma --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm $a")
@@ -65,7 +69,8 @@ echo "page faults per MPI_Allreduce of the largest size, 2 ranks (minor faults a
 big=${sizes##*,}
 for it in 2 12; do
   # time writes a file per rank: its output on stderr can be lost when mpirun ends.
-  "${mpirun[@]}" $y -np 2 sh -c "/usr/bin/time -f %R -o $log.\$OMPI_COMM_WORLD_RANK.$it $peer $big 0 $it" \
+  # shellcheck disable=SC2086 # FAULT_ENV's arguments split on purpose
+  "${mpirun[@]}" $y $fault_env -np 2 sh -c "/usr/bin/time -f %R -o $log.\$OMPI_COMM_WORLD_RANK.$it $peer $big 0 $it" \
     </dev/null >/dev/null 2>&1
 done
 echo "  rank 0: $((($(cat "$log.0.12") - $(cat "$log.0.2")) / 10)) per call" \

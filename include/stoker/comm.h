@@ -7,9 +7,10 @@
 //   mpi   host memory through MPI (whatever transport Open MPI picks, UCX
 //         included); present when built with STOKER_WITH_MPI.
 //         Allreduce from 1 MiB up is stoker's own ring over nonblocking
-//         point-to-point (src/comm/mpi_ring.h: Open MPI's algorithms malloc
-//         a scratch buffer of the message's size per call, which above
-//         32 MiB page-faults on every call), below it MPI_Allreduce. The
+//         point-to-point (src/comm/mpi_ring.h: Open MPI's algorithms copy
+//         the input to the output and add through a scratch buffer malloc'd
+//         per call, which above 32 MiB page-faults on every call; the ring
+//         does neither), below it MPI_Allreduce. The
 //         variables that choose (read when the backend starts):
 //           STOKER_COMM_MPI_ALLREDUCE  auto (default), ring (every size) or
 //                                      mpi (MPI_Allreduce, Open MPI's choice)

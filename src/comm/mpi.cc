@@ -17,11 +17,13 @@ namespace stoker::comm {
 namespace {
 
 // STOKER_COMM_MPI_ALLREDUCE=auto: the ring from this size up, MPI_Allreduce
-// below. Default: 1 MiB, where the scratch buffer MPI_Allreduce mallocs
-// starts to cost page faults (mpi_ring.h); measured in docs/benchmarks.md.
+// below. Default: 1 MiB, measured from there up (docs/benchmarks.md);
+// smaller messages are latency-bound, where Open MPI's own algorithms
+// (recursive doubling) take fewer steps than a ring's 2(n-1).
 constexpr size_t kMpiRingMinBytes = 1 << 20;
 // The ring's message size. Default: 256 KiB, so that a piece received is
-// still in L2 when it is reduced (docs/benchmarks.md).
+// still in L2 when it is added; 64 KiB and 1 MiB measured within the noise
+// of it (docs/benchmarks.md, tune comm).
 constexpr size_t kMpiRingSegmentBytes = 256 << 10;
 // The ring's sleep between polls once a wait outlasts its spin (mpi_ring.h).
 // Default: 20 us; nanosleep's timer slack makes it about 70.

@@ -2,13 +2,15 @@
 // allgather) over nonblocking point-to-point, segmented so that each piece is
 // reduced while it is still in cache.
 //
-// Why it exists: Open MPI 4.1's tuned allreduce algorithms malloc a scratch
-// buffer of up to the message size on every call; above glibc's largest mmap
-// threshold (32 MiB) that is a fresh mmap each time, so every call page-
-// faults and zeroes it again (8192 minor faults per call at 64 MiB, measured
-// with /usr/bin/time; docs/benchmarks.md). This ring receives straight into
-// the output buffer and reduces there (MPI_Reduce_local), so it allocates
-// nothing per call. Moved per rank: 2(n-1)/n of the message, as any ring.
+// Why it exists: Open MPI 4.1's allreduce algorithms copy the input into the
+// output first and receive each block into a scratch buffer they malloc on
+// every call, adding it from there; above glibc's largest mmap threshold
+// (32 MiB) that buffer is a fresh mmap each time, faulted in and zeroed
+// again. This ring receives straight into the output and adds the input
+// there (MPI_Reduce_local): no copy, no scratch, nothing allocated per
+// call, about two thirds of the memory traffic (docs/benchmarks.md, with
+// the measurements). Moved between ranks: 2(n-1)/n of the message, as any
+// ring.
 //
 // Thread safety: as MPI's collectives: one call at a time per communicator.
 #pragma once
