@@ -19,9 +19,10 @@
 # every GPU step issue 18 asks for); each runs under a limit of its own, cut
 # to what is left of STOKER_COMM_BUDGET (default 560 s, one call of 10
 # minutes), and the run ends with a summary, one line a step: PASS, FAIL or
-# SKIPPED (no time left) with its figure. STOKER_COMM_MAX (default 1G) is the
-# largest size of the bench step, STOKER_COMM_TORCH_MAX (bytes, default 1 GiB)
-# of the comparison with torch.
+# SKIPPED (no time left) with its figure. The bench step runs twice, 8 B -
+# 64 MiB and 128 MiB - STOKER_COMM_MAX (default 1G), so that a slow large
+# end cannot take the rest along; STOKER_COMM_TORCH_MAX (bytes, default
+# 1 GiB) is the largest size of the comparison with torch.
 #
 # NCCL comes from the machine (libnccl.so.2 on the loader's path) or from
 # torch's wheel (nvidia/nccl/lib), found through python3; STOKER_NCCL_LIBRARY
@@ -103,6 +104,45 @@ verdict() {
   if (($1 == 0)); then note "$name" PASS "$2"; else note "$name" FAIL "$2"; fi
 }
 
+# The bench step: every op x dtype from MIN to MAX bytes, checked; the JSON
+# in $out/FILE.json. MIN MAX FILE (begin has set t).
+bench_sweep() {
+  timeout "$t" "${tr[@]}" --no_python "$stoker" bench comm --backend nccl --ops all --dtypes all \
+    --min-bytes "$1" --max-bytes "$2" --warmup 2 --iters 10 --json >"$out/$3.json" 2>"$out/$3.err"
+  rc=$?
+  echo "exit $rc"
+  ((rc == 0)) || tail -20 "$out/$3.err"
+  line=$(python3 - "$out/$3.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no JSON ({e})")
+    sys.exit(1)
+print("library:", r["environment"]["library_version"], "| binding:", r["bindings"][0], file=sys.stderr)
+res = r["results"]
+print(f"{len(res)} results, every one checked; by op x dtype, smallest | largest:", file=sys.stderr)
+missing, top = [], 0
+for op in ["allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv"]:
+    for dt in ["float32", "bfloat16", "float16", "int32"]:
+        rows = [x for x in res if x["op"] == op and x["dtype"] == dt]
+        if not rows:
+            missing.append(f"{op}/{dt}")
+            continue
+        small, big = rows[0], rows[-1]
+        top = max(top, big["bytes"])
+        print(f"  {op:13} {dt:8} {small['bytes']:>10} B {small['time_us']:9.2f} us | "
+              f"{big['bytes']:>10} B {big['time_us']:9.1f} us algbw {big['algbw_gbps']:7.1f} GB/s",
+              file=sys.stderr)
+if missing:
+    print(f"missing: {' '.join(missing)}")
+    sys.exit(1)
+print(f"{len(res)} results (24 op x dtype, {res[0]['bytes']} B - {top} B), every element checked, 0 wrong")
+PY
+  ) && ((rc == 0))
+  verdict $? "exit $rc; $line"
+}
+
 run() {
   local out=${OUT:-/tmp/gpu-comm} budget=${STOKER_COMM_BUDGET:-560}
   fail=0
@@ -144,42 +184,14 @@ run() {
   "$stoker" topo | tee "$out/topo.txt"
   "$stoker" topo --json >"$out/topo.json" || fail=1
 
-  if want bench && begin "bench: every op x dtype to $max" 170 \
-    "bench comm --backend nccl: every op x dtype, 8 B - $max, checked (world size 1)"; then
-    timeout "$t" "${tr[@]}" --no_python "$stoker" bench comm --backend nccl --ops all --dtypes all \
-      --max-bytes "$max" --warmup 2 --iters 10 --json >"$out/bench_all.json" 2>"$out/bench_all.err"
-    rc=$?
-    echo "exit $rc"
-    ((rc == 0)) || tail -20 "$out/bench_all.err"
-    line=$(python3 - "$out/bench_all.json" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"no JSON ({e})")
-    sys.exit(1)
-print("library:", r["environment"]["library_version"], "| binding:", r["bindings"][0], file=sys.stderr)
-res = r["results"]
-print(f"{len(res)} results, every one checked; by op x dtype, smallest | largest:", file=sys.stderr)
-missing, top = [], 0
-for op in ["allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv"]:
-    for dt in ["float32", "bfloat16", "float16", "int32"]:
-        rows = [x for x in res if x["op"] == op and x["dtype"] == dt]
-        if not rows:
-            missing.append(f"{op}/{dt}")
-            continue
-        small, big = rows[0], rows[-1]
-        top = max(top, big["bytes"])
-        print(f"  {op:13} {dt:8} {small['bytes']:>10} B {small['time_us']:9.2f} us | "
-              f"{big['bytes']:>10} B {big['time_us']:9.1f} us algbw {big['algbw_gbps']:7.1f} GB/s",
-              file=sys.stderr)
-if missing:
-    print(f"missing: {' '.join(missing)}")
-    sys.exit(1)
-print(f"{len(res)} results (24 op x dtype, up to {top} B), every element checked, 0 wrong")
-PY
-    ) && ((rc == 0))
-    verdict $? "exit $rc; $line"
+  # Two runs, so that a slow 1 GiB end cannot take the rest's results along.
+  if want bench && begin "bench: every op x dtype, 8 B - 64 MiB" 80 \
+    "bench comm --backend nccl: every op x dtype, 8 B - 64 MiB, checked (world size 1)"; then
+    bench_sweep 8 64M bench_all
+  fi
+  if want bench && begin "bench: every op x dtype, 128 MiB - $max" 150 \
+    "bench comm --backend nccl: every op x dtype, 128 MiB - $max, checked (world size 1)"; then
+    bench_sweep 128M "$max" bench_large
   fi
 
   if want corrupt && begin "corruption hook on the GPU" 40 \
