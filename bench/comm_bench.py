@@ -5,6 +5,8 @@ float32 at the same sizes, interleaved repeats, medians.
                  Open MPI's own MPI_Allreduce loop (bench/comm_mpi_peer.c,
                  built here with mpicc) vs torch.distributed gloo
                  (bench/comm_peer.py), all launched the same way.
+                 --variant NAME:VAR=VALUE[,VAR=VALUE] adds a stoker run with
+                 those variables (e.g. "MPI_Allreduce:STOKER_COMM_MPI_ALLREDUCE=mpi").
   --backend nccl (a GPU machine: N ranks under torchrun) stoker's nccl
                  backend vs torch.distributed nccl.
 
@@ -24,10 +26,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_json(cmd, env):
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
+                       stdin=subprocess.DEVNULL)
     if p.returncode != 0:
         raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-3000:]}")
     return json.loads(p.stdout[p.stdout.index("{"):])
+
+
+def ratio(a, b):
+    return a / b if b else float("nan")
 
 
 def main():
@@ -45,6 +52,8 @@ def main():
     a.add_argument("--torchrun", default="torchrun --standalone")
     a.add_argument("--python", default=sys.executable)
     a.add_argument("--json", help="write every run here")
+    a.add_argument("--variant", action="append", default=[],
+                   help="NAME:VAR=VALUE[,VAR=VALUE]: another stoker run with these variables")
     o = a.parse_args()
     sizes = [o.min]
     while sizes[-1] * o.step <= o.max:
@@ -52,10 +61,10 @@ def main():
     sweep = ["--min-bytes", str(o.min), "--max-bytes", str(sizes[-1]), "--step", str(o.step)]
     size_list = ",".join(map(str, sizes))
     env = dict(os.environ)
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     common = ["--warmup", str(o.warmup), "--iters", str(o.iters)]
     tools = {}
+    variants = {}  # tool name -> extra environment
     if o.backend == "mpi":
         peer = "/tmp/stoker_comm_mpi_peer"
         subprocess.run(["mpicc", "-O2", "-o", peer, os.path.join(HERE, "comm_mpi_peer.c")],
@@ -63,27 +72,43 @@ def main():
         launch = shlex.split(o.mpirun) + ["-np", str(o.np)]
         tools["stoker"] = [launch + [o.stoker, "bench", "comm", "--backend", "mpi", "--ops",
                                      "allreduce", "--json"] + sweep + common]
+        for v in o.variant:
+            name, _, assignments = v.partition(":")
+            extra = dict(kv.split("=", 1) for kv in assignments.split(",") if kv)
+            tools["stoker " + name] = [launch + sum((["-x", k] for k in extra), []) +
+                                       tools["stoker"][0][len(launch):]]
+            variants["stoker " + name] = extra
         tools["MPI_Allreduce"] = [launch + [peer, size_list, str(o.warmup), str(o.iters)]]
         tools["torch gloo"] = [launch + [o.python, os.path.join(HERE, "comm_peer.py"),
                                          "--backend", "gloo", "--sizes", size_list] + common]
     else:
-        launch = shlex.split(o.torchrun) + [f"--nproc-per-node={o.np}"]
-        tools["stoker"] = [launch + ["--no-python", o.stoker, "bench", "comm", "--backend", "nccl",
+        launch = shlex.split(o.torchrun) + [f"--nproc_per_node={o.np}"]
+        tools["stoker"] = [launch + ["--no_python", o.stoker, "bench", "comm", "--backend", "nccl",
                                      "--ops", "allreduce", "--json"] + sweep + common]
         tools["torch nccl"] = [launch + [os.path.join(HERE, "comm_peer.py"), "--backend", "nccl",
                                          "--sizes", size_list] + common]
+        if o.np == 1:
+            # One rank: NCCL's in-place all_reduce (torch's) may have nothing
+            # to move, stoker's out-of-place one copies the buffer; this peer
+            # copies first, so both move the same bytes.
+            tools["torch nccl copy+all_reduce"] = [tools["torch nccl"][0] + ["--copy-in"]]
+    # With one rank the bus bandwidth is 0 by definition (factor 2(n-1)/n):
+    # compare the algorithm bandwidth then.
+    metric = "busbw_gbps" if o.np > 1 else "algbw_gbps"
     runs = {name: {s: [] for s in sizes} for name in tools}
     meta = {}
     for rep in range(o.repeats):
         for name, cmds in tools.items():
             for cmd in cmds:
-                j = run_json(cmd, env)
+                j = run_json(cmd, {**env, **variants.get(name, {})})
                 meta.setdefault(name, {k: v for k, v in j.items() if k != "results"})
                 for r in j["results"]:
-                    runs[name][r["bytes"]].append(r["busbw_gbps"])
+                    runs[name][r["bytes"]].append(r[metric])
         print(f"round {rep + 1}/{o.repeats} done", file=sys.stderr)
     names = list(tools)
-    print(f"allreduce float32, {o.np} ranks, busbw GB/s, median of {o.repeats} "
+    if o.variant:
+        print("variants: " + "; ".join(f"{n}: {v}" for n, v in variants.items()))
+    print(f"allreduce float32, {o.np} ranks, {metric[:5]} GB/s, median of {o.repeats} "
           f"(min-max), {o.iters} iterations each")
     header = f"{'size':>10}" + "".join(f" {n:>26}" for n in names) + "".join(
         f" {'stoker/' + n:>20}" for n in names[1:])
@@ -95,14 +120,15 @@ def main():
         for n in names:
             row += f" {med[n]:>10.3f} ({min(runs[n][s]):.3f}-{max(runs[n][s]):.3f})"
         for n in names[1:]:
-            row += f" {med['stoker'] / med[n]:>20.3f}"
+            row += f" {ratio(med['stoker'], med[n]):>20.3f}"
         print(row)
-        table.append({"bytes": s, "median_busbw": med,
-                      "ratio": {n: med["stoker"] / med[n] for n in names[1:]}})
+        table.append({"bytes": s, "metric": metric, "median": med,
+                      "ratio": {n: ratio(med["stoker"], med[n]) for n in names[1:]}})
     if o.json:
         with open(o.json, "w") as f:
             json.dump({"runs": {n: {str(s): v for s, v in r.items()} for n, r in runs.items()},
-                       "table": table, "meta": meta, "np": o.np, "backend": o.backend}, f,
+                       "table": table, "meta": meta, "np": o.np, "backend": o.backend,
+                       "variants": variants}, f,
                       indent=1)
 
 

@@ -37,6 +37,10 @@ def main():
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--copy-in", action="store_true",
+                   help="copy the input into the buffer before each all_reduce (out of place, "
+                        "as stoker's bench; for one rank, where NCCL's in-place sum has nothing "
+                        "to do)")
     a = p.parse_args()
     rank, world, local = launcher_env()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -61,9 +65,14 @@ def main():
         if not bool((y == want).all()):
             raise SystemExit(f"comm_peer.py: rank {rank}: wrong all_reduce at {size} B")
         dist.barrier()
+        y = torch.empty_like(x)
         start = time.perf_counter()
         for _ in range(a.iters):
-            dist.all_reduce(x)  # in place, as DDP does; the values grow, the time does not
+            if a.copy_in:
+                y.copy_(x)
+                dist.all_reduce(y)
+            else:
+                dist.all_reduce(x)  # in place, as DDP does; the values grow, the time does not
         sync()
         us = (time.perf_counter() - start) / a.iters * 1e6
         t = torch.tensor([us], dtype=torch.float64, device=device)
@@ -73,7 +82,8 @@ def main():
         results.append({"op": "allreduce", "dtype": a.dtype, "bytes": size, "time_us": us,
                         "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world})
     if rank == 0:
-        print(json.dumps({"peer": f"torch.distributed {a.backend} {torch.__version__}",
+        print(json.dumps({"peer": f"torch.distributed {a.backend} {torch.__version__}"
+                                  + (" copy+all_reduce" if a.copy_in else ""),
                           "world_size": world, "results": results}))
     dist.destroy_process_group()
 

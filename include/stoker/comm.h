@@ -6,6 +6,20 @@
 // Backends:
 //   mpi   host memory through MPI (whatever transport Open MPI picks, UCX
 //         included); present when built with STOKER_WITH_MPI.
+//         Allreduce from 1 MiB up is stoker's own ring over nonblocking
+//         point-to-point (src/comm/mpi_ring.h: Open MPI's algorithms copy
+//         the input to the output and add through a scratch buffer malloc'd
+//         per call, which above 32 MiB page-faults on every call; the ring
+//         does neither), below it MPI_Allreduce. The
+//         variables that choose (read when the backend starts):
+//           STOKER_COMM_MPI_ALLREDUCE  auto (default), ring (every size) or
+//                                      mpi (MPI_Allreduce, Open MPI's choice)
+//           STOKER_COMM_MPI_SEGMENT    the ring's message size in bytes.
+//                                      Default: 262144 (256 KiB)
+//           STOKER_COMM_MPI_SLEEP_US   the ring's sleep between polls once a
+//                                      wait has spun 100 us (oversubscribed
+//                                      ranks give their core to the peer
+//                                      they wait for). Default: 20; 0 spins.
 //   nccl  device memory through NCCL; libnccl.so.2 and the CUDA driver
 //         (libcuda.so.1) are loaded at run time (dlopen), so the same binary
 //         runs where they are missing and says Unsupported, naming what is
@@ -85,14 +99,17 @@ struct CommBenchOptions {
 };
 
 struct CommResult {
-  CommOp op;
-  CommDtype dtype;
+  CommOp op = CommOp::kAllReduce;
+  CommDtype dtype = CommDtype::kFloat32;
   uint64_t bytes = 0;      // nccl-tests' size (see above)
   uint64_t count = 0;      // elements per rank buffer, as the API call takes it
   double time_us = 0;      // mean per iteration, averaged over ranks
   double max_time_us = 0;  // the slowest rank's mean
   double algbw_gbps = 0;   // GB/s, 1e9 bytes
   double busbw_gbps = 0;
+  // Where the backend chose the algorithm: "stoker ring" or "MPI_Allreduce"
+  // (the mpi backend's allreduce); empty where the library chooses.
+  std::string algorithm;
 };
 
 // Where one rank runs: what `stoker topo --check` judges.
@@ -146,8 +163,10 @@ struct CommTuneSetting {
 
 // Settings to sweep: nccl: NCCL_ALGO in Ring, Tree, NVLS, CollnetDirect,
 // CollnetChain x NCCL_PROTO in Simple, LL, LL128 (a pair the machine lacks
-// fails its runs and is reported as unavailable); mpi: Open MPI's tuned
-// allreduce algorithms 1-6. The default (no variable set) comes first.
+// fails its runs and is reported as unavailable); mpi: stoker's ring with
+// other segment sizes and spinning waits, MPI_Allreduce with Open MPI's own
+// choice, and its tuned allreduce algorithms 1-6 (STOKER_COMM_MPI_* above).
+// The default (no variable set) comes first.
 Result<std::vector<CommTuneSetting>> CommTuneSettings(const std::string& backend, CommOp op);
 
 struct CommTuneOptions {
@@ -184,6 +203,9 @@ struct CommTuneSize {
 struct CommTuneReport {
   std::vector<CommTuneSetting> settings;
   std::vector<std::string> unavailable;  // "NVLS/LL: <why>"
+  // What busbw below holds: "busbw", or "algbw" for a job of one rank,
+  // whose bus bandwidth is 0 by nccl-tests' definition (factor 2(n-1)/n).
+  std::string metric = "busbw";
   // Every run: busbw[setting][size index][repeat], GB/s.
   std::vector<std::vector<std::vector<double>>> busbw;
   std::vector<CommTuneSize> sizes;

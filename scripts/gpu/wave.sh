@@ -29,8 +29,13 @@ if want check; then
 fi
 if want comm; then
   stage "NCCL collectives on one GPU"
-  STOKER_COMM_STEPS=bench,sanitizer,torch STOKER_COMM_MAX=256M STOKER_COMM_TORCH_MAX=268435456 \
-    STOKER_COMM_REPEATS=3 OUT=$out/comm timeout 200 bash scripts/gpu/comm.sh run 2>&1 | tail -45
+  # Every step issue 18 needs (comm.sh: bench to 1 GiB in every dtype, the
+  # corruption hook, the ratio to torch's NCCL, tune, compute-sanitizer),
+  # each cut to what is left of the budget: 200 s beside the other steps,
+  # 540 s with STOKER_WAVE_STEPS=comm alone. comm.sh ends with a summary.
+  comm_budget=${STOKER_WAVE_COMM_BUDGET:-$([[ $steps == comm ]] && echo 540 || echo 200)}
+  STOKER_COMM_BUDGET=$comm_budget OUT=$out/comm timeout $((comm_budget + 30)) \
+    bash scripts/gpu/comm.sh run 2>&1 | tail -60
 fi
 if want doctor; then
   stage "doctor (read-only)"

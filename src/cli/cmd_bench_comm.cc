@@ -75,6 +75,7 @@ nlohmann::json CommReportJson(const CommReport& r) {
                             {"max_time_us", x.max_time_us},
                             {"algbw_gbps", x.algbw_gbps},
                             {"busbw_gbps", x.busbw_gbps},
+                            {"algorithm", x.algorithm},
                             {"wrong", 0}});
   }
   return j;
@@ -104,8 +105,10 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
   cmd->add_option("--dtypes", args->dtypes,
                   "float32, bfloat16, float16, int32 (comma list), or all")
       ->capture_default_str();
-  cmd->add_option("--min-bytes,--min", args->min, "smallest size (nccl-tests' -b)")->capture_default_str();
-  cmd->add_option("--max-bytes,--max", args->max, "largest size (nccl-tests' -e)")->capture_default_str();
+  cmd->add_option("--min-bytes,--min", args->min, "smallest size (nccl-tests' -b)")
+      ->capture_default_str();
+  cmd->add_option("--max-bytes,--max", args->max, "largest size (nccl-tests' -e)")
+      ->capture_default_str();
   cmd->add_option("--step", args->step, "size factor between steps (nccl-tests' -f)")
       ->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "untimed runs per size")->capture_default_str();
@@ -154,14 +157,14 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
                     b.gpu.empty() ? "" : ", gpu ", b.gpu.c_str(), b.nic.empty() ? "" : ", nic ",
                     b.nic.c_str());
       }
-      std::printf("%14s %9s %13s %12s %12s %12s %12s %12s\n", "op", "dtype", "size(B)", "count",
-                  "time(us)", "algbw(GB/s)", "busbw(GB/s)", "max(us)");
+      std::printf("%14s %9s %13s %12s %12s %12s %12s %12s  %s\n", "op", "dtype", "size(B)", "count",
+                  "time(us)", "algbw(GB/s)", "busbw(GB/s)", "max(us)", "algorithm");
       for (const auto& x : r.results) {
-        std::printf("%14s %9s %13llu %12llu %12.2f %12.3f %12.3f %12.2f\n",
+        std::printf("%14s %9s %13llu %12llu %12.2f %12.3f %12.3f %12.2f  %s\n",
                     Name(CommOpName(x.op)).c_str(), Name(CommDtypeName(x.dtype)).c_str(),
                     static_cast<unsigned long long>(x.bytes),
                     static_cast<unsigned long long>(x.count), x.time_us, x.algbw_gbps, x.busbw_gbps,
-                    x.max_time_us);
+                    x.max_time_us, x.algorithm.c_str());
       }
       std::printf("# every result checked: %zu sizes, 0 wrong\n", r.results.size());
       return 0;

@@ -35,7 +35,8 @@ void RegisterTuneComm(CLI::App& app, Action* action) {
   }
   auto* cmd = tune->add_subcommand(
       "comm",
-      "Sweep NCCL_ALGO x NCCL_PROTO (nccl) or Open MPI's tuned allreduce algorithms (mpi), a job "
+      "Sweep NCCL_ALGO x NCCL_PROTO (nccl), or stoker's ring and Open MPI's tuned allreduce "
+      "algorithms (mpi), a job "
       "per setting, 3 runs each; print the best per size against the default and write an "
       "environment file");
   struct Args {
@@ -105,8 +106,8 @@ void RegisterTuneComm(CLI::App& app, Action* action) {
                   o.backend.c_str(), args->op.c_str(), args->dtype.c_str(), r->world_size,
                   o.repeats, r->settings.size());
       for (const auto& u : r->unavailable) std::printf("#   unavailable: %s\n", u.c_str());
-      std::printf("%14s %16s %12s %12s %9s %9s %s\n", "size(B)", "best", "busbw", "default", "gain",
-                  "spread", "");
+      std::printf("%14s %16s %12s %12s %9s %9s %s\n", "size(B)", "best", r->metric.c_str(),
+                  "default", "gain", "spread", "");
       for (const auto& s : r->sizes) {
         std::printf("%14llu %16s %12.3f %12.3f %+8.1f%% %8.1f%% %s\n",
                     static_cast<unsigned long long>(s.bytes), s.best.c_str(), s.best_busbw,

@@ -35,6 +35,13 @@ class CollectiveBackend {
   virtual Status Run(CommOp op, CommDtype dtype, size_t count) = 0;
   // Waits for every operation started (a no-op where Run blocks).
   virtual Status Wait() = 0;
+  // The algorithm Run uses for `op` at `count` elements of `dtype`, where the
+  // backend chooses it ("stoker ring", "MPI_Allreduce"); empty where the
+  // library does (NCCL).
+  virtual std::string Algorithm(CommOp op, CommDtype dtype, size_t count) const {
+    (void)op, (void)dtype, (void)count;
+    return "";
+  }
 };
 
 Result<std::unique_ptr<CollectiveBackend>> MakeMpiBackend(Bootstrap& bootstrap);

@@ -507,7 +507,12 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
             std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
         STOKER_RETURN_IF_ERROR(AgreeOnStatus(*boot, st));
         STOKER_ASSIGN_OR_RETURN(auto times, boot->AllGather(std::to_string(us)));
-        CommResult r{op, dtype, real_bytes, count};
+        CommResult r;
+        r.op = op;
+        r.dtype = dtype;
+        r.bytes = real_bytes;
+        r.count = count;
+        r.algorithm = backend.Algorithm(op, dtype, count);
         for (const auto& t : times) {
           const double v = std::atof(t.c_str());
           r.time_us += v / n;

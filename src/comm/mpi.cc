@@ -9,11 +9,25 @@
 
 #include "comm/backend.h"
 #include "comm/bootstrap.h"
+#include "comm/mpi_ring.h"
 #include "comm/values.h"
 
 namespace stoker::comm {
 
 namespace {
+
+// STOKER_COMM_MPI_ALLREDUCE=auto: the ring from this size up, MPI_Allreduce
+// below. Default: 1 MiB, measured from there up (docs/benchmarks.md);
+// smaller messages are latency-bound, where Open MPI's own algorithms
+// (recursive doubling) take fewer steps than a ring's 2(n-1).
+constexpr size_t kMpiRingMinBytes = 1 << 20;
+// The ring's message size. Default: 256 KiB, so that a piece received is
+// still in L2 when it is added; 64 KiB and 1 MiB measured within the noise
+// of it (docs/benchmarks.md, tune comm).
+constexpr size_t kMpiRingSegmentBytes = 256 << 10;
+// The ring's sleep between polls once a wait outlasts its spin (mpi_ring.h).
+// Default: 20 us; nanosleep's timer slack makes it about 70.
+constexpr size_t kMpiRingSleepUs = 20;
 
 Status MpiError(int rc, const char* call) {
   char text[MPI_MAX_ERROR_STRING];
@@ -93,20 +107,67 @@ void SumF16(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = FloatToF16(F16ToFloat(a[i]) + F16ToFloat(b[i]));
 }
 
+// How the mpi backend runs allreduce (comm.h: STOKER_COMM_MPI_ALLREDUCE).
+struct MpiAllreduceChoice {
+  bool ring = false;    // stoker's ring (mpi_ring.h); else MPI_Allreduce
+  size_t ring_min = 0;  // bytes from which the ring is used
+  size_t segment = 0;   // the ring's message size
+  int sleep_us = 0;     // the ring's wait: sleep between polls (0: spin)
+};
+
+// A whole number from the environment, at least `min`; `fallback` if unset.
+Result<size_t> NumberVariable(const char* name, size_t fallback, size_t min) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v, &end, 10);
+  if (*end != '\0' || *v == '-' || x < min || x > INT32_MAX) {
+    return InvalidArgument(std::string(name) + "='" + v + "': not a whole number from " +
+                           std::to_string(min) + " to 2^31-1");
+  }
+  return static_cast<size_t>(x);
+}
+
+Result<MpiAllreduceChoice> ChooseMpiAllreduce() {
+  MpiAllreduceChoice c;
+  const char* v = std::getenv("STOKER_COMM_MPI_ALLREDUCE");
+  const std::string name = v == nullptr || *v == '\0' ? "auto" : v;
+  if (name == "ring") {
+    c.ring = true;
+  } else if (name == "auto") {
+    c.ring = true;
+    c.ring_min = kMpiRingMinBytes;
+  } else if (name != "mpi") {
+    return InvalidArgument("STOKER_COMM_MPI_ALLREDUCE='" + name + "': use auto, ring or mpi");
+  }
+  STOKER_ASSIGN_OR_RETURN(c.segment,
+                          NumberVariable("STOKER_COMM_MPI_SEGMENT", kMpiRingSegmentBytes, 1));
+  STOKER_ASSIGN_OR_RETURN(const size_t sleep_us,
+                          NumberVariable("STOKER_COMM_MPI_SLEEP_US", kMpiRingSleepUs, 0));
+  c.sleep_us = static_cast<int>(sleep_us);
+  return c;
+}
+
 class MpiBackend final : public CollectiveBackend {
  public:
-  MpiBackend(int rank, int size) : rank_(rank), size_(size) {}
+  MpiBackend(int rank, int size, MpiAllreduceChoice allreduce)
+      : rank_(rank), size_(size), allreduce_(allreduce) {}
   ~MpiBackend() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
     if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
     if (f16_sum_ != MPI_OP_NULL) MPI_Op_free(&f16_sum_);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 
   Status Init() {
     STOKER_MPI(MPI_Op_create(SumBf16, 1, &bf16_sum_));
     STOKER_MPI(MPI_Op_create(SumF16, 1, &f16_sum_));
+    // The ring's point-to-point messages on a communicator of their own, so
+    // that they never match another part's (the checkpointer's) on WORLD.
+    STOKER_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     return Status::Ok();
   }
 
@@ -163,7 +224,12 @@ class MpiBackend final : public CollectiveBackend {
     void* r = recv_.data();
     switch (op) {
       case CommOp::kAllReduce:
-        STOKER_MPI(MPI_Allreduce(s, r, n, type, sum, MPI_COMM_WORLD));
+        if (UseRing(dtype, count)) {
+          STOKER_MPI(RingAllreduce(s, r, count, type, CommDtypeSize(dtype), sum, comm_,
+                                   allreduce_.segment, allreduce_.sleep_us));
+        } else {
+          STOKER_MPI(MPI_Allreduce(s, r, n, type, sum, MPI_COMM_WORLD));
+        }
         break;
       case CommOp::kAllGather:
         STOKER_MPI(MPI_Allgather(s, n, type, r, n, type, MPI_COMM_WORLD));
@@ -188,11 +254,21 @@ class MpiBackend final : public CollectiveBackend {
     return Status::Ok();
   }
   Status Wait() override { return Status::Ok(); }
+  std::string Algorithm(CommOp op, CommDtype dtype, size_t count) const override {
+    if (op != CommOp::kAllReduce) return "";
+    return UseRing(dtype, count) ? "stoker ring" : "MPI_Allreduce";
+  }
 
  private:
+  bool UseRing(CommDtype dtype, size_t count) const {
+    return allreduce_.ring && count * CommDtypeSize(dtype) >= allreduce_.ring_min;
+  }
+
   int rank_, size_;
+  MpiAllreduceChoice allreduce_;
   std::vector<std::byte> send_, recv_;
   MPI_Op bf16_sum_ = MPI_OP_NULL, f16_sum_ = MPI_OP_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
 }  // namespace
@@ -224,7 +300,8 @@ Result<std::unique_ptr<CollectiveBackend>> MakeMpiBackend(Bootstrap& bootstrap) 
     return Unsupported("the mpi backend needs an MPI launcher (mpirun, srun with PMI); " +
                        bootstrap.description() + " is not one");
   }
-  auto b = std::make_unique<MpiBackend>(bootstrap.rank(), bootstrap.size());
+  STOKER_ASSIGN_OR_RETURN(MpiAllreduceChoice allreduce, ChooseMpiAllreduce());
+  auto b = std::make_unique<MpiBackend>(bootstrap.rank(), bootstrap.size(), allreduce);
   STOKER_RETURN_IF_ERROR(b->Init());
   return std::unique_ptr<CollectiveBackend>(std::move(b));
 }

@@ -35,7 +35,8 @@ constexpr const char* kOmpiAllreduce[] = {"basic_linear", "nonoverlapping", "rec
 // Variables a setting may set; the children's environment drops them all
 // first, so that "default" is the library's own choice.
 bool TunedVariable(const std::string& name) {
-  return name == "NCCL_ALGO" || name == "NCCL_PROTO" || name.rfind("OMPI_MCA_coll_tuned_", 0) == 0;
+  return name == "NCCL_ALGO" || name == "NCCL_PROTO" ||
+         name.rfind("OMPI_MCA_coll_tuned_", 0) == 0 || name.rfind("STOKER_COMM_MPI_", 0) == 0;
 }
 
 struct Child {
@@ -142,11 +143,26 @@ Result<std::vector<CommTuneSetting>> CommTuneSettings(const std::string& backend
   }
   if (backend == "mpi") {
     if (op != CommOp::kAllReduce) {
-      return Unsupported("tune comm --backend mpi sweeps Open MPI's allreduce algorithms only");
+      return Unsupported(
+          "tune comm --backend mpi sweeps allreduce algorithms only (stoker's ring and Open "
+          "MPI's)");
     }
+    // The default is the backend's own choice (comm.h: stoker's ring from
+    // 1 MiB); then the ring's knobs, then MPI_Allreduce with Open MPI's own
+    // choice and each of its algorithms.
+    s.push_back({"ring/seg64K",
+                 {{"STOKER_COMM_MPI_ALLREDUCE", "ring"},
+                  {"STOKER_COMM_MPI_SEGMENT", std::to_string(64 << 10)}}});
+    s.push_back({"ring/seg1M",
+                 {{"STOKER_COMM_MPI_ALLREDUCE", "ring"},
+                  {"STOKER_COMM_MPI_SEGMENT", std::to_string(1 << 20)}}});
+    s.push_back(
+        {"ring/spin", {{"STOKER_COMM_MPI_ALLREDUCE", "ring"}, {"STOKER_COMM_MPI_SLEEP_US", "0"}}});
+    s.push_back({"MPI_Allreduce", {{"STOKER_COMM_MPI_ALLREDUCE", "mpi"}}});
     for (int i = 1; i <= 6; ++i) {
       s.push_back({std::to_string(i) + ":" + kOmpiAllreduce[i - 1],
-                   {{"OMPI_MCA_coll_tuned_use_dynamic_rules", "1"},
+                   {{"STOKER_COMM_MPI_ALLREDUCE", "mpi"},
+                    {"OMPI_MCA_coll_tuned_use_dynamic_rules", "1"},
                     {"OMPI_MCA_coll_tuned_allreduce_algorithm", std::to_string(i)}}});
     }
     return s;
@@ -269,9 +285,10 @@ Result<CommTuneReport> TuneComm(const CommTuneOptions& o) {
         continue;
       }
       report.world_size = j.value("world_size", 0);
+      if (report.world_size == 1) report.metric = "algbw";
       const auto& results = j["results"];
       for (size_t k = 0; k < sizes.size() && k < results.size(); ++k) {
-        report.busbw[si][k].push_back(results[k].value("busbw_gbps", 0.0));
+        report.busbw[si][k].push_back(results[k].value(report.metric + "_gbps", 0.0));
         measured_bytes[k] = results[k].value("bytes", uint64_t{0});
       }
     }
@@ -338,11 +355,11 @@ std::string CommTuneEnvFile(const CommTuneOptions& o, const CommTuneReport& r) {
   for (const auto& s : r.sizes) {
     char line[256];
     std::snprintf(line, sizeof line,
-                  "#   %llu B: best %s %.3f GB/s busbw, default %.3f (%+.1f%%, spread %.1f%% / "
+                  "#   %llu B: best %s %.3f GB/s %s, default %.3f (%+.1f%%, spread %.1f%% / "
                   "%.1f%%)%s\n",
                   static_cast<unsigned long long>(s.bytes), s.best.c_str(), s.best_busbw,
-                  s.default_busbw, 100 * s.gain, 100 * s.best_spread, 100 * s.default_spread,
-                  s.beats_default ? "" : " (within noise)");
+                  r.metric.c_str(), s.default_busbw, 100 * s.gain, 100 * s.best_spread,
+                  100 * s.default_spread, s.beats_default ? "" : " (within noise)");
     f << line;
   }
   if (r.recommended.env.empty()) {
