@@ -171,6 +171,13 @@ Status Store::RemoveFolder(std::string_view folder) {
   return Status::Ok();
 }
 
+Result<bool> Store::RemoveEmptyFolder(std::string_view folder, std::chrono::seconds) {
+  STOKER_RETURN_IF_ERROR(store_internal::ValidateFolder(folder));
+  STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, List(folder));
+  if (!objects.empty()) return false;
+  return NotFound("no folder " + Quote(folder) + " at " + uri());
+}
+
 Status Store::Create(std::string_view key, std::span<const std::byte>) {
   return Unsupported("create of " + Quote(key) + " at " + uri() +
                      ": this store has no exclusive create (Store::Create)");
