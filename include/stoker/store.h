@@ -242,7 +242,8 @@ class Store {
   // or changed within `idle` (a writer may be about to use it: it is left
   // alone); NotFound when there is no such folder. The default (a store
   // without folders keeps nothing besides objects): false when
-  // List(folder) has objects, NotFound otherwise.
+  // List(folder) has objects, NotFound otherwise (so it costs a List: see
+  // StoreCapabilities::prefix_listing).
   virtual Result<bool> RemoveEmptyFolder(std::string_view folder, std::chrono::seconds idle);
 };
 

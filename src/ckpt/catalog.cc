@@ -262,8 +262,11 @@ Status Catalog::Retain(uint64_t sequence, uint32_t keep_last, const std::string&
 // An entry without a manifest, older than the commits retention keeps, is a
 // save in progress or a dead one. Dead for sure when its folder holds
 // nothing and has not changed for kLeftoverAge: then the folder and the
-// entry go (and no longer hold the floor down).
+// entry go (and no longer hold the floor down). Only where folders are cheap
+// to look into: a store without (RADOS) has no empty ones, and asking would
+// list the pool at every commit.
 bool Catalog::RemovedLeftover(const std::string& name, uint64_t sequence) {
+  if (!store_->capabilities().prefix_listing) return false;
   auto gone = store_->RemoveEmptyFolder(name + "/", kLeftoverAge);
   if (!gone.ok() || !*gone) return false;
   return Ignorable(store_->Remove(SequenceKey(sequence)));
