@@ -64,6 +64,18 @@ size_t MoveCompletions(std::vector<ReadCompletion>& ready, std::vector<ReadCompl
   return n;
 }
 
+size_t TakeReady(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                 std::vector<ReadCompletion>& ready, size_t min, Deadline deadline,
+                 std::vector<ReadCompletion>* out) {
+  auto enough = [&] { return ready.size() >= min; };
+  if (deadline == Deadline::max()) {
+    cv.wait(lock, enough);
+  } else {
+    cv.wait_until(lock, deadline, enough);
+  }
+  return MoveCompletions(ready, out);
+}
+
 Result<size_t> EndWait(size_t n, size_t min, size_t* outstanding, std::string_view queue) {
   *outstanding -= n;
   if (n < min) {
