@@ -28,6 +28,7 @@
 #include "ckpt_testdata.h"
 #include "stoker/checkpoint.h"
 #include "stoker/format.h"
+#include "stoker/retrying_store.h"
 #include "testutil.h"
 
 namespace stoker {
@@ -781,6 +782,49 @@ TEST(CkptRetry, RetriedWritesKeepChecksumsAndClaims) {
     ASSERT_EQ(r->tensors[i].data.size(), content.refs[i].data.size());
     EXPECT_EQ(0, std::memcmp(r->tensors[i].data.data(), content.refs[i].data.data(),
                              content.refs[i].data.size()));
+  }
+}
+
+// The wrapper itself: writes are retried only when asked, only for a
+// retryable error, and the error left says how many attempts it took.
+TEST(CkptRetry, RetryingStoreRetriesRetryableWritesOnlyWhenAsked) {
+  auto mem = NewMemoryStore("rs-" + std::to_string(::getpid()));
+  const auto data = RandomBytes(100, 1);
+  RetryOptions o;
+  o.first_backoff = 1ms;
+  o.max_retries = 2;
+  std::atomic<uint64_t> retries{0};
+  o.retries = &retries;
+  {  // off by default: one attempt
+    auto flaky = std::make_shared<FlakyStore>(mem, 1, Unavailable("osd.1 is down"));
+    RetryingStore rs(flaky, o);
+    EXPECT_EQ(rs.Put("a.chunk", data).code(), Code::kUnavailable);
+    EXPECT_EQ(flaky->left_.load(), 0);
+  }
+  o.writes = true;
+  {  // a retryable error, fewer times than the retries: the write lands
+    auto flaky = std::make_shared<FlakyStore>(mem, 2, Unavailable("osd.1 is down"));
+    RetryingStore rs(flaky, o);
+    ASSERT_OK(rs.Put("b.chunk", data));
+    EXPECT_EQ(retries.load(), 2u);
+    EXPECT_EQ(mem->Stat("b.chunk")->size, data.size());
+  }
+  {  // more times than the retries: the error, with the attempts
+    auto flaky = std::make_shared<FlakyStore>(mem, 10, Unavailable("osd.1 is down"));
+    RetryingStore rs(flaky, o);
+    Status s = rs.PutObservedDeferred("c.chunk", data, [](auto) {});
+    EXPECT_EQ(s.code(), Code::kUnavailable);
+    EXPECT_TRUE(s.retryable());
+    EXPECT_TRUE(Contains(s.message(), "osd.1 is down (after 3 attempts)")) << s.message();
+    EXPECT_EQ(flaky->left_.load(), 7);
+  }
+  {  // not retryable: one attempt, the error as it was
+    auto flaky = std::make_shared<FlakyStore>(mem, 10, PermissionDenied("no caps"));
+    RetryingStore rs(flaky, o);
+    Status s = rs.Put("d.chunk", data);
+    EXPECT_EQ(s.code(), Code::kPermissionDenied);
+    EXPECT_EQ(s.message(), "no caps");
+    EXPECT_EQ(flaky->left_.load(), 9);
   }
 }
 
