@@ -816,7 +816,7 @@ class CheckpointerHandle {
   CheckpointerHandle(const std::string& uri, const CheckpointerOptions& options) : uri_(uri) {
     Result<std::unique_ptr<Checkpointer>> r = [&] {
       py::gil_scoped_release release;
-      return OpenCheckpointer(uri, options);
+      return metrics::OpenCheckpointer(uri, options);  // saves counted; store metered when on
     }();
     ckpt_ = Unwrap(std::move(r));
   }
@@ -1005,9 +1005,27 @@ void RegisterMetrics(py::module_& m) {
     py::gil_scoped_release release;
     return sm::Exposition();
   });
-  m.def("_checkpoint_stall", &sm::RecordCheckpointStall, py::arg("seconds"));
-  m.def("_checkpoint_end", &sm::RecordCheckpointEnd, py::arg("ok"), py::arg("bytes"),
-        py::arg("seconds"));
+  // Checkpoints: _Checkpointer is metered (metrics::OpenCheckpointer), so
+  // C++ counts every save. These two are no-ops, kept only while
+  // stoker/checkpoint.py still calls them (through stoker.metrics); remove
+  // them with those calls.
+  m.def(
+      "_checkpoint_stall", [](double) {}, py::arg("seconds"));
+  m.def(
+      "_checkpoint_end", [](bool, uint64_t, double) {}, py::arg("ok"), py::arg("bytes"),
+      py::arg("seconds"));
+  // `with _stoker._CheckpointSaveStarted(time.monotonic_ns()): impl.save(...)`:
+  // the save's stall and seconds count from then, so the Python skin's
+  // flattening and GPU-to-host copies are in them (metrics::SaveStartedAt).
+  struct SaveStarted {
+    explicit SaveStarted(int64_t ns) : begin(std::chrono::nanoseconds(ns)) {}
+    Clock::time_point begin;
+    std::optional<sm::SaveStartedAt> scope;
+  };
+  py::class_<SaveStarted>(m, "_CheckpointSaveStarted")
+      .def(py::init<int64_t>(), py::arg("began_ns"))
+      .def("__enter__", [](SaveStarted& s) { s.scope.emplace(s.begin); })
+      .def("__exit__", [](SaveStarted& s, py::args) { s.scope.reset(); });
   m.def(
       "_timeline_start", [](std::string log) { Check(sm::StepTimeline::Get().Start(log)); },
       py::arg("log"));

@@ -60,5 +60,63 @@ int nvmlDeviceGetTotalEccErrors(void* d, int type, int counter, unsigned long lo
   *n = type == 0 ? 3 : 0;
   return 0;
 }
-/* No event support: the exporter then serves no XID series and says so. */
+/* XID events, as $FAKE_NVML_XIDS says. Unset: registration is
+ * NOT_SUPPORTED (3), as on GPUs and VMs without events; the exporter then
+ * serves no XID series and says so. "unknown": registration fails with
+ * NVML_ERROR_UNKNOWN (999), after which the set must be freed. Else a list
+ * "GPU:XID,..." of events that nvmlEventSetWait_v2 delivers one per call,
+ * then NVML_ERROR_TIMEOUT (10): GPU 9 is a handle NVML never gave out, and
+ * "ecc" an event of another type (a single-bit ECC error). */
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct {
+  void* device;
+  unsigned long long eventType, eventData;
+  unsigned int gpuInstanceId, computeInstanceId;
+} EventData;
+
+static int event_set, stranger;
+int fake_nvml_live_sets; /* created and not freed, for the tests */
+static size_t delivered; /* events of $FAKE_NVML_XIDS delivered so far */
+
+int nvmlEventSetCreate(void** set) {
+  *set = &event_set;
+  ++fake_nvml_live_sets;
+  return 0;
+}
+int nvmlEventSetFree(void* set) {
+  --fake_nvml_live_sets;
+  return 0;
+}
+int nvmlDeviceRegisterEvents(void* d, unsigned long long types, void* set) {
+  const char* xids = getenv("FAKE_NVML_XIDS");
+  if (xids == NULL) return 3;
+  if (strcmp(xids, "unknown") == 0) return 999;
+  return types == 0x8 ? 0 : 3;
+}
+int nvmlEventSetWait_v2(void* set, EventData* e, unsigned timeout_ms) {
+  const char* xids = getenv("FAKE_NVML_XIDS");
+  const char* at = xids ? xids : "";
+  for (size_t i = 0; i < delivered && at; ++i) {
+    at = strchr(at, ',');
+    if (at) ++at;
+  }
+  if (at == NULL || *at == '\0') {
+    usleep(timeout_ms * 1000u);
+    return 10;
+  }
+  ++delivered;
+  memset(e, 0, sizeof *e);
+  if (strncmp(at, "ecc", 3) == 0) {
+    e->device = &devices[0];
+    e->eventType = 0x1;
+    return 0;
+  }
+  const unsigned gpu = (unsigned)strtoul(at, NULL, 10);
+  e->device = gpu < 2 ? (void*)&devices[gpu] : (void*)&stranger;
+  e->eventType = 0x8;
+  e->eventData = strtoull(strchr(at, ':') + 1, NULL, 10);
+  return 0;
+}
 const char* nvmlErrorString(int r) { return r == 0 ? "Success" : "Unknown Error"; }

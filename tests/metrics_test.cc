@@ -5,6 +5,7 @@
 #include "stoker/metrics.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "metrics/nvml.h"
 #include "stoker/exporter.h"
 #include "stoker/pack.h"
 #include "testutil.h"
@@ -342,6 +344,216 @@ TEST(MetricsTest, ReportHasEveryPlotAndNamesABadLine) {
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find(log.string() + ":51"), std::string::npos) << s.ToString();
 }
+
+// ---- checkpoints -------------------------------------------------------------
+
+// A store whose writes all fail as a full pool's do (not retryable).
+class FullStore final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Status Put(std::string_view k, std::span<const std::byte>) override { return Full(k); }
+  Status PutObserved(std::string_view k, std::span<const std::byte>, const PutObserver&) override {
+    return Full(k);
+  }
+  Status PutObservedDeferred(std::string_view k, std::span<const std::byte>,
+                             const PutObserver&) override {
+    return Full(k);
+  }
+  Status Create(std::string_view k, std::span<const std::byte>) override { return Full(k); }
+  Status CreateDeferred(std::string_view k, std::span<const std::byte>) override { return Full(k); }
+
+ private:
+  static Status Full(std::string_view k) { return NoSpace("full test pool: " + std::string(k)); }
+};
+
+// How much the process's checkpoint and memory-store series grew since
+// construction (the registry is the process's: other tests add to it).
+class CkptDelta {
+ public:
+  CkptDelta() : before_(metrics::Exposition()) {}
+  double operator()(const std::string& series) const {
+    return std::max(0.0, Value(metrics::Exposition(), series + " ")) -
+           std::max(0.0, Value(before_, series + " "));
+  }
+
+ private:
+  const std::string before_;
+};
+
+// Tensors of 3000 and 5000 bytes and their TensorRefs.
+struct TwoTensors {
+  std::vector<std::byte> a = testing::RandomBytes(3000, 1), b = testing::RandomBytes(5000, 2);
+  std::vector<TensorRef> refs{{"a", DType::kUInt8, {3000}, a}, {"b", DType::kUInt8, {5000}, b}};
+};
+
+constexpr const char* kMemWritten =
+    "stoker_store_written_bytes_total{backend=\"memory\",pool=\"\"}";
+
+TEST(MetricsTest, MeteredCheckpointerCountsSyncAndAsyncSavesWithTheirBytes) {
+  auto store = metrics::MeteringStore(NewMemoryStore("metrics-ckpt"));
+  auto c = metrics::MeterCheckpointer(NewCheckpointer(store));
+  TwoTensors t;
+  const CkptDelta delta;
+  ASSERT_OK(c->Save("one", t.refs, {}));
+  auto h = c->SaveAsync("two", t.refs, {});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  // The stall is counted when SaveAsync returns, the end when the write does
+  // (before Wait returns), without anyone asking the handle first.
+  EXPECT_EQ(delta("stoker_checkpoint_stall_seconds_count"), 2);
+  ASSERT_OK(h->Wait());
+  auto one = c->ReadManifest("one"), two = c->ReadManifest("two");
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(one->bytes(), 8000u);
+  EXPECT_EQ(delta("stoker_checkpoint_saves_total"), 2);
+  EXPECT_EQ(delta("stoker_checkpoint_completed_total"), 2);
+  EXPECT_EQ(delta("stoker_checkpoint_failures_total"), 0);
+  EXPECT_EQ(delta("stoker_checkpoint_written_bytes_total"), double(one->bytes() + two->bytes()));
+  EXPECT_EQ(delta("stoker_checkpoint_save_seconds_count"), 2);
+  EXPECT_GT(delta("stoker_checkpoint_save_seconds_sum"), 0);
+  // The checkpointer's store is metered: chunks, part records, manifests,
+  // the index and the claims went through it.
+  EXPECT_GT(delta(kMemWritten), double(one->bytes() + two->bytes()));
+
+  const std::string complaints = Promtool(metrics::Exposition());
+  if (complaints == "SKIP") GTEST_SKIP() << "promtool (Debian: prometheus) is not installed";
+  EXPECT_EQ(complaints, "");
+}
+
+TEST(MetricsTest, MeteredCheckpointerCountsFailedSavesAndTheStoresErrors) {
+  auto store =
+      metrics::MeteringStore(std::make_shared<FullStore>(NewMemoryStore("metrics-ckpt-full")));
+  CheckpointerOptions co;
+  co.retry_backoff = 1ms;
+  auto c = metrics::MeterCheckpointer(NewCheckpointer(store, co));
+  TwoTensors t;
+  const CkptDelta delta;
+  EXPECT_EQ(c->Save("sync", t.refs, {}).code(), Code::kNoSpace);
+  auto h = c->SaveAsync("async", t.refs, {});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->Wait().code(), Code::kNoSpace);
+  // Refused for its arguments: started, and failed.
+  EXPECT_EQ(c->Save("bad name!", t.refs, {}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(delta("stoker_checkpoint_saves_total"), 3);
+  EXPECT_EQ(delta("stoker_checkpoint_failures_total"), 3);
+  EXPECT_EQ(delta("stoker_checkpoint_completed_total"), 0);
+  EXPECT_EQ(delta("stoker_checkpoint_written_bytes_total"), 0);
+  EXPECT_EQ(delta("stoker_checkpoint_stall_seconds_count"), 3);
+  EXPECT_GE(delta("stoker_store_errors_total{backend=\"memory\",code=\"no_space\",op=\"write\","
+                  "pool=\"\"}"),
+            2);
+  EXPECT_EQ(delta(kMemWritten), 0);
+}
+
+TEST(MetricsTest, SaveStartedAtCountsTheCallersWorkInTheStall) {
+  auto c = metrics::MeterCheckpointer(NewCheckpointer(NewMemoryStore("metrics-ckpt-began")));
+  TwoTensors t;
+  auto& timeline = metrics::StepTimeline::Get();
+  ASSERT_OK(timeline.Start());
+  const CkptDelta delta;
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(50ms);  // the caller's own work (a copy of GPU tensors)
+  {
+    metrics::SaveStartedAt began(start);
+    auto h = c->SaveAsync("x", t.refs, {});
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_OK(h->Wait());
+  }
+  const metrics::StepRecord step = timeline.Mark();
+  timeline.Stop();
+  EXPECT_GE(delta("stoker_checkpoint_stall_seconds_sum"), 0.050);
+  EXPECT_GE(step.phase[int(metrics::Phase::kCheckpoint)], 0.050);
+  // The scope has ended: the next save's stall is no longer than its call.
+  const CkptDelta after;
+  const auto began = Clock::now();
+  ASSERT_OK(c->Save("y", t.refs, {}));
+  const double took = std::chrono::duration<double>(Clock::now() - began).count();
+  EXPECT_LE(after("stoker_checkpoint_stall_seconds_sum"), took);
+}
+
+TEST(MetricsTest, OpenCheckpointerMetersTheStoreOnlyWhenEnabled) {
+  TwoTensors t;
+  {
+    const CkptDelta delta;
+    auto c = metrics::OpenCheckpointer("mem://metrics-ckpt-off");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_OK((*c)->Save("off", t.refs, {}));
+    EXPECT_EQ(delta("stoker_checkpoint_completed_total"), 1);
+    EXPECT_EQ(delta(kMemWritten), 0);
+  }
+  TempDir dir;
+  metrics::Options o;
+  o.dir = dir.str();
+  ASSERT_OK(metrics::Enable(o));
+  const CkptDelta delta;
+  auto c = metrics::OpenCheckpointer("mem://metrics-ckpt-on");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_OK((*c)->Save("on", t.refs, {}));
+  metrics::Disable();
+  EXPECT_EQ(delta("stoker_checkpoint_completed_total"), 1);
+  EXPECT_GT(delta(kMemWritten), 8000);
+}
+
+// ---- XID errors ------------------------------------------------------------
+
+#ifdef FAKE_NVML_PATH
+// XID events cannot be made on demand on a real GPU: the stand-in NVML
+// (tests/fake_nvml.c) registers and delivers them as $FAKE_NVML_XIDS says,
+// through the same calls (nvmlEventSetCreate, nvmlDeviceRegisterEvents,
+// nvmlEventSetWait_v2, nvmlEventSetFree) the real library answers.
+TEST(MetricsTest, XidEventsAreCountedByGpuAndXidAndAbsentWithoutEventSupport) {
+  std::string warning;
+  metrics::Nvml* nvml = metrics::Nvml::Load(FAKE_NVML_PATH, &warning);
+  ASSERT_NE(nvml, nullptr) << warning;
+  void* fake = dlopen(FAKE_NVML_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  const int* live_sets = static_cast<const int*>(dlsym(fake, "fake_nvml_live_sets"));
+  ASSERT_NE(live_sets, nullptr);
+
+  // Registration NOT_SUPPORTED on every GPU (some GPUs, VMs): no watch, no
+  // set left behind, and the exporter serves the rest with a warning.
+  unsetenv("FAKE_NVML_XIDS");
+  EXPECT_FALSE(nvml->WatchXid());
+  EXPECT_EQ(*live_sets, 0);
+  metrics::ExporterOptions o;
+  o.listen = "127.0.0.1:0";
+  o.nvml_library = FAKE_NVML_PATH;
+  TempDir dir;
+  o.dir = dir.str();
+  {
+    auto e = metrics::Exporter::Start(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    const std::string text = (*e)->Scrape();
+    EXPECT_NE(text.find("stoker_gpu_utilization_ratio"), std::string::npos);
+    EXPECT_EQ(text.find("stoker_gpu_xid_errors_total"), std::string::npos);
+    ASSERT_EQ((*e)->warnings().size(), 1u);
+    EXPECT_NE((*e)->warnings()[0].find("XID"), std::string::npos);
+  }
+  // NVML_ERROR_UNKNOWN leaves the set undefined: freed, no watch.
+  setenv("FAKE_NVML_XIDS", "unknown", 1);
+  EXPECT_FALSE(nvml->WatchXid());
+  EXPECT_EQ(*live_sets, 0);
+
+  // Events: two XID 79 on GPU 0, XID 48 on GPU 1, an ECC event (not an
+  // XID), and XID 13 on a device handle that is none of the GPUs.
+  setenv("FAKE_NVML_XIDS", "0:79,1:48,ecc,0:79,9:13", 1);
+  ASSERT_TRUE(nvml->WatchXid());
+  using Key = std::pair<unsigned, uint64_t>;
+  const std::map<Key, uint64_t> want = {
+      {{0, 79}, 2}, {{1, 48}, 1}, {{metrics::Nvml::kUnknownGpu, 13}, 1}};
+  const auto deadline = Clock::now() + 10s;
+  while (nvml->Xids() != want && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(nvml->Xids(), want);
+  auto e = metrics::Exporter::Start(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE((*e)->warnings().empty());
+  const std::string text = (*e)->Scrape();
+  EXPECT_EQ(Value(text, "stoker_gpu_xid_errors_total{gpu=\"0\",xid=\"79\"}"), 2) << text;
+  EXPECT_EQ(Value(text, "stoker_gpu_xid_errors_total{gpu=\"1\",xid=\"48\"}"), 1);
+  EXPECT_EQ(Value(text, "stoker_gpu_xid_errors_total{gpu=\"unknown\",xid=\"13\"}"), 1);
+  const std::string complaints = Promtool(text);
+  if (complaints != "SKIP") EXPECT_EQ(complaints, "") << text;
+}
+#endif
 
 }  // namespace
 }  // namespace stoker

@@ -163,6 +163,15 @@ class SaveHandle {
   // Waits until `deadline`; TimedOut if the save is still running then.
   Status WaitUntil(Deadline deadline) const;
   const std::string& name() const;
+  // Calls `f` with the save's outcome once it has finished: at once, on
+  // this thread, if it has; else on the thread that finishes it, just
+  // before Done() turns true and Wait() returns. For a decorator that
+  // accounts for saves (metrics::MeterCheckpointer): unlike Wait it is not
+  // asking the handle, so a failure nobody asks about is still said on
+  // stderr. `f` must be quick, must not wait on the handle (it runs before
+  // the handle is done) and must not use the Checkpointer. An empty handle
+  // calls nothing.
+  void OnDone(std::function<void(const Status&)> f) const;
 
   struct State;  // implementation
   explicit SaveHandle(std::shared_ptr<State> s) : state_(std::move(s)) {}

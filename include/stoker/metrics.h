@@ -10,8 +10,9 @@
 //               batches, retries, H2D bytes and seconds) is read from
 //               Loader::stats() when the metrics are collected, so the hot
 //               path pays nothing for it.
-//   checkpoint  RecordCheckpoint, called where a save is started and where
-//               it ends (the Python skin, the CLI).
+//   checkpoint  MeterCheckpointer, a Checkpointer decorator: saves, their
+//               stall (the caller's wait), bytes, seconds and failures; its
+//               store under a MeteringStore (metrics::OpenCheckpointer).
 //   steps       StepTimeline: which phase (data, h2d, compute, comm,
 //               checkpoint) each instant of a training step went to.
 //
@@ -42,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/checkpoint.h"
 #include "stoker/loader.h"
 #include "stoker/status.h"
 #include "stoker/store.h"
@@ -135,7 +137,45 @@ Result<std::unique_ptr<Loader>> OpenLoader(std::string_view uri, const LoaderOpt
 
 // ---- checkpoints --------------------------------------------------------------
 
-// A save has begun and returned control to the training loop after
+// A checkpointer that is metered. Each Save and SaveAsync counts in
+// stoker_checkpoint_saves_total, and the time it kept its caller waiting (a
+// Save: all of it; a SaveAsync: the checks and the copy into the staging
+// area) in stoker_checkpoint_stall_seconds and as a `checkpoint` interval of
+// the StepTimeline. When the save ends (a SaveAsync: when its background
+// write does, seen through SaveHandle::OnDone, not when someone waits) it
+// counts in stoker_checkpoint_completed_total, _written_bytes_total (its
+// tensors' bytes: what the checkpoint holds for this rank) and
+// stoker_checkpoint_save_seconds (from its start), or in
+// stoker_checkpoint_failures_total; a save refused for its arguments is a
+// failure too. Everything else is forwarded, unmetered.
+std::unique_ptr<Checkpointer> MeterCheckpointer(std::unique_ptr<Checkpointer> checkpointer);
+
+// stoker::OpenCheckpointer, metered: the store under a MeteringStore when
+// Enabled() (the checkpoint's traffic in stoker_store_*, labelled by backend
+// and pool like a loader's), the checkpointer under MeterCheckpointer always
+// (counting a save costs a few atomic adds, and the counts are there when
+// metrics are enabled later, as the StepTimeline's stalls are).
+Result<std::unique_ptr<Checkpointer>> OpenCheckpointer(std::string_view uri,
+                                                       const CheckpointerOptions& options = {});
+
+// Work a caller does for a save before it calls Save or SaveAsync (the
+// Python skin's flattening of a state dict and its copy of GPU tensors to
+// the host) is part of the training loop's wait: while a SaveStartedAt
+// lives, a metered save that this thread starts counts its stall and its
+// seconds from `begin` (steady clock) instead of from its call. Scopes nest.
+class SaveStartedAt {
+ public:
+  explicit SaveStartedAt(Clock::time_point begin);
+  ~SaveStartedAt();
+  SaveStartedAt(const SaveStartedAt&) = delete;
+  SaveStartedAt& operator=(const SaveStartedAt&) = delete;
+
+ private:
+  Clock::time_point previous_;
+};
+
+// For a checkpoint system of the caller's own (not a Checkpointer): a save
+// has begun and returned control to the training loop after
 // `stall_seconds` (the whole save when synchronous; the snapshot when
 // asynchronous).
 void RecordCheckpointStall(double stall_seconds);

@@ -73,6 +73,13 @@ sys.exit(1 if missing or not gpus else 0)
 PY
 rc=${PIPESTATUS[0]}
 echo "exporter's messages:"; cat "$work/exporter.log"
+# XID events cannot be made on demand: say at least whether NVML let the
+# exporter watch for them (the series appear with the first XID).
+if grep -q "no XID events" "$work/exporter.log"; then
+  echo "XID watch: not supported here (registration refused): XID series absent, as designed"
+else
+  echo "XID watch: registered (no XID seen unless listed above)"
+fi | tee -a "$work/summary.txt"
 kill $exporter 2>/dev/null
 # The metrics' overhead on the loader, on this quieter and larger machine,
 # when the Python binding is there (scripts/gpu-check.sh run builds it in

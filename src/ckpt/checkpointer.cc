@@ -34,13 +34,22 @@ struct SaveHandle::State {
   bool done = false;
   mutable bool observed = false;
   Status status;
+  std::vector<std::function<void(const Status&)>> on_done;  // SaveHandle::OnDone
 
+  // The OnDone callbacks run before done is set, so that a waiter wakes to
+  // their effects (a counted save); status no longer changes while they run.
   void Finish(Status s) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      status = std::move(s);
-      done = true;
+    std::unique_lock<std::mutex> l(mu);
+    status = std::move(s);
+    while (!on_done.empty()) {
+      std::vector<std::function<void(const Status&)>> callbacks;
+      callbacks.swap(on_done);
+      l.unlock();
+      for (const auto& f : callbacks) f(status);
+      l.lock();
     }
+    done = true;
+    l.unlock();
     cv.notify_all();
   }
 };
@@ -68,6 +77,18 @@ Status SaveHandle::WaitUntil(Deadline deadline) const {
   }
   state_->observed = true;
   return state_->status;
+}
+
+void SaveHandle::OnDone(std::function<void(const Status&)> f) const {
+  if (!state_) return;
+  {
+    std::lock_guard<std::mutex> l(state_->mu);
+    if (!state_->done) {
+      state_->on_done.push_back(std::move(f));
+      return;
+    }
+  }
+  f(state_->status);
 }
 
 const std::string& SaveHandle::name() const {

@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "stoker/checkpoint.h"
+#include "stoker/metrics.h"
 
 namespace stoker::cli {
 
@@ -254,7 +255,7 @@ void RegisterCkpt(CLI::App& app, Action* action) {
   auto args = std::make_shared<Args>();
   auto* ckpt = app.add_subcommand("ckpt", "List, show, verify and remove checkpoints");
   ckpt->require_subcommand(1);
-  auto open = [args]() { return OpenCheckpointer(args->uri); };
+  auto open = [args]() { return metrics::OpenCheckpointer(args->uri); };
 
   auto* ls = ckpt->add_subcommand("ls", "Checkpoints under a root, oldest first");
   ls->add_option("URI", args->uri, "Checkpoint root (a path or rados:// URI)")->required();

@@ -355,7 +355,8 @@ class ExporterImpl final : public Exporter {
     for (const auto& [key, n] : nvml_->Xids()) {
       f.Counter("stoker_gpu_xid_errors_total", "Critical XID errors seen since the exporter began.",
                 double(n),
-                {{"gpu", std::to_string(key.first)}, {"xid", std::to_string(key.second)}});
+                {{"gpu", key.first == Nvml::kUnknownGpu ? "unknown" : std::to_string(key.first)},
+                 {"xid", std::to_string(key.second)}});
     }
   }
 

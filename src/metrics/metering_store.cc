@@ -123,6 +123,14 @@ class MeteringStoreImpl final : public StoreWrapper {
     return Write([&] { return target()->PutObservedDeferred(k, d, see); }, d.size());
   }
   Status SyncDeferred() override { return target()->SyncDeferred(); }
+  // Claims (a checkpoint's sequence, an automatic name): writes, and an
+  // AlreadyExists among their errors.
+  Status Create(std::string_view k, std::span<const std::byte> d) override {
+    return Write([&] { return target()->Create(k, d); }, d.size());
+  }
+  Status CreateDeferred(std::string_view k, std::span<const std::byte> d) override {
+    return Write([&] { return target()->CreateDeferred(k, d); }, d.size());
+  }
 
   Result<ObjectInfo> Stat(std::string_view k) override {
     return Timed(

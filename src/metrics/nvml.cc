@@ -4,14 +4,18 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
+
 namespace stoker::metrics {
 namespace {
 
 using nvmlReturn_t = int;
 using nvmlDevice_t = void*;
 using nvmlEventSet_t = void*;
+// nvmlReturn_t values (nvml.h).
 constexpr nvmlReturn_t kSuccess = 0;
 constexpr nvmlReturn_t kTimeout = 10;
+constexpr nvmlReturn_t kUnknown = 999;
 struct nvmlUtilization_t {
   unsigned int gpu, memory;
 };
@@ -23,7 +27,7 @@ struct nvmlEventData_t {
   unsigned long long eventType, eventData;
   unsigned int gpuInstanceId, computeInstanceId;
 };
-constexpr unsigned long long kEventXidCritical = 0x8;
+constexpr unsigned long long kEventXidCritical = 0x8;  // nvmlEventTypeXidCriticalError
 constexpr int kTemperatureGpu = 0;
 constexpr int kClockSm = 1;
 constexpr int kPcieTxBytes = 0, kPcieRxBytes = 1;
@@ -47,6 +51,7 @@ struct Nvml::Api {
   nvmlReturn_t (*EventSetCreate)(nvmlEventSet_t*) = nullptr;
   nvmlReturn_t (*RegisterEvents)(nvmlDevice_t, unsigned long long, nvmlEventSet_t) = nullptr;
   nvmlReturn_t (*EventSetWait)(nvmlEventSet_t, nvmlEventData_t*, unsigned) = nullptr;
+  nvmlReturn_t (*EventSetFree)(nvmlEventSet_t) = nullptr;
   const char* (*ErrorString)(nvmlReturn_t) = nullptr;
 };
 
@@ -60,14 +65,17 @@ void Sym(void* lib, const char* name, F* out) {
 }  // namespace
 
 Nvml* Nvml::Load(const std::string& library, std::string* warning) {
+  // Once per library (NVML is initialised once per process; a test loads a
+  // stand-in after a missing library).
   static std::mutex mu;
-  static Nvml* loaded = nullptr;
-  static std::string failure;
+  static std::map<std::string, std::pair<Nvml*, std::string>> tried;
   std::lock_guard lock(mu);
-  if (loaded != nullptr || !failure.empty()) {
-    if (!loaded && warning) *warning = failure;
-    return loaded;
+  if (auto it = tried.find(library); it != tried.end()) {
+    if (!it->second.first && warning) *warning = it->second.second;
+    return it->second.first;
   }
+  Nvml*& loaded = tried[library].first;
+  std::string& failure = tried[library].second;
   auto api = std::make_unique<Api>();
   api->lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (api->lib == nullptr) {
@@ -91,6 +99,7 @@ Nvml* Nvml::Load(const std::string& library, std::string* warning) {
   Sym(l, "nvmlEventSetCreate", &api->EventSetCreate);
   Sym(l, "nvmlDeviceRegisterEvents", &api->RegisterEvents);
   Sym(l, "nvmlEventSetWait_v2", &api->EventSetWait);
+  Sym(l, "nvmlEventSetFree", &api->EventSetFree);
   Sym(l, "nvmlErrorString", &api->ErrorString);
   if (!api->Init || !api->GetCount || !api->GetHandle) {
     failure = library + " lacks nvmlInit_v2/nvmlDeviceGetCount_v2: no GPU metrics";
@@ -171,9 +180,20 @@ bool Nvml::WatchXid() {
   if (!api_->EventSetCreate || !api_->RegisterEvents || !api_->EventSetWait) return false;
   nvmlEventSet_t set = nullptr;
   if (api_->EventSetCreate(&set) != kSuccess) return false;
-  bool any = false;
-  for (auto* d : devices_) any |= api_->RegisterEvents(d, kEventXidCritical, set) == kSuccess;
-  if (!any) return false;
+  // nvmlDeviceRegisterEvents: NOT_SUPPORTED (GPUs and VMs without events)
+  // leaves the set usable, nothing registered for that device, as do the
+  // errors about one device (GPU_IS_LOST, NO_PERMISSION); UNKNOWN leaves the
+  // set undefined, to be freed.
+  bool any = false, broken = false;
+  for (auto* d : devices_) {
+    const nvmlReturn_t r = api_->RegisterEvents(d, kEventXidCritical, set);
+    any |= r == kSuccess;
+    broken |= r == kUnknown;
+  }
+  if (!any || broken) {
+    if (api_->EventSetFree) api_->EventSetFree(set);
+    return false;
+  }
   watching_ = true;
   // Detached with the process's NVML (never unloaded): it ends with the
   // process.
@@ -182,14 +202,25 @@ bool Nvml::WatchXid() {
       nvmlEventData_t e{};
       const nvmlReturn_t r = api_->EventSetWait(set, &e, 1000);
       if (r == kTimeout) continue;
-      if (r != kSuccess) return;
-      unsigned index = 0;
-      while (index < count_ && devices_[index] != e.device) ++index;
-      std::lock_guard l(mu_);
-      ++xids_[{index, e.eventData}];
+      if (r != kSuccess) {
+        // A GPU fallen off the bus (GPU_IS_LOST) must not blind the watch
+        // to the others: wait a little and go on.
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;
+      }
+      CountEvent(e.device, e.eventType, e.eventData);
     }
   }).detach();
   return true;
+}
+
+void Nvml::CountEvent(void* device, uint64_t type, uint64_t data) {
+  if (type != kEventXidCritical) return;  // only XIDs are registered, but be sure
+  unsigned index = 0;
+  while (index < count_ && devices_[index] != device) ++index;
+  if (index == count_) index = kUnknownGpu;
+  std::lock_guard l(mu_);
+  ++xids_[{index, data}];  // eventData is the XID
 }
 
 std::map<std::pair<unsigned, uint64_t>, uint64_t> Nvml::Xids() {

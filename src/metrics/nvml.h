@@ -45,15 +45,23 @@ class Nvml {
   unsigned device_count() const { return count_; }
   std::vector<GpuSample> Sample();
   Result<double> Utilization(unsigned index);
-  // XID errors seen since WatchXid, by (GPU index, XID). Empty when the
-  // driver offers no events.
+  // XID errors seen since WatchXid, by (GPU index, XID); kUnknownGpu for an
+  // event on a device handle that is none of ours. Empty when the driver
+  // offers no events.
   std::map<std::pair<unsigned, uint64_t>, uint64_t> Xids();
-  // Starts a thread waiting on NVML's event set for critical XID errors.
-  // Returns false when events are not supported.
+  static constexpr unsigned kUnknownGpu = ~0u;
+  // Starts a thread waiting on NVML's event set for critical XID errors
+  // (nvmlEventTypeXidCriticalError) of every GPU that supports them. Returns
+  // false, with nothing left behind, when none does (registration
+  // NOT_SUPPORTED on every GPU, as on some GPUs and VMs) or when a
+  // registration fails with NVML_ERROR_UNKNOWN (the set is then undefined);
+  // the XID series are then absent.
   bool WatchXid();
 
  private:
   Nvml() = default;
+  // One event from nvmlEventSetWait_v2.
+  void CountEvent(void* device, uint64_t type, uint64_t data);
   struct Api;
   Api* api_ = nullptr;
   unsigned count_ = 0;

@@ -50,6 +50,60 @@ def test_exposition_passes_promtool():
     assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
 
 
+def exposed(series):
+    """The value of `series` (name and labels, as exposed) in this process, 0 if absent."""
+    for line in stoker.metrics.exposition().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+CKPT_SERIES = ["stoker_checkpoint_saves_total", "stoker_checkpoint_completed_total",
+               "stoker_checkpoint_failures_total", "stoker_checkpoint_written_bytes_total",
+               "stoker_checkpoint_stall_seconds_count", "stoker_checkpoint_save_seconds_count"]
+
+
+def test_a_save_is_counted_once_with_the_bytes_its_checkpoint_holds(tmp_path):
+    """The C++ checkpointer counts the saves (stoker.save no longer does too)."""
+    np = pytest.importorskip("numpy")
+    before = {s: exposed(s) for s in CKPT_SERIES}
+    root = str(tmp_path / "ckpt")
+    stoker.save({"w": np.ones(1000, dtype=np.float32)}, root, step=1)
+    stoker.save({"w": np.ones(2000, dtype=np.float32)}, root, step=2, async_=True).wait()
+    with pytest.raises(stoker.AlreadyExistsError):
+        stoker.save({"w": np.ones(10, dtype=np.float32)}, root, step=1)
+    c = stoker.Checkpointer(root)
+    written = sum(c.info(n)["bytes"] for n in ("step-000000000001", "step-000000000002"))
+    delta = {s.removeprefix("stoker_checkpoint_"): exposed(s) - before[s] for s in CKPT_SERIES}
+    assert delta == {"saves_total": 3, "completed_total": 2, "failures_total": 1,
+                     "written_bytes_total": written, "stall_seconds_count": 3,
+                     "save_seconds_count": 2}
+    assert written > 12000  # the tensors and each rank's structure document
+
+
+def test_the_stall_counts_from_when_the_skin_began_the_save(tmp_path):
+    """_CheckpointSaveStarted, which stoker.save wraps its C++ call in, so that its
+    flattening and GPU-to-host copies are in the stall (through the binding
+    itself here, as stoker.save's own start cannot be set)."""
+    np = pytest.importorskip("numpy")
+    from stoker import _stoker
+
+    impl = stoker.Checkpointer(str(tmp_path / "ckpt"))._c()
+    w = np.ones(10, dtype=np.float32)
+    tensors = [("w", "float32", [10], w.ctypes.data, w.nbytes)]
+    before = exposed("stoker_checkpoint_stall_seconds_sum")
+    # As if the skin had spent 50 ms flattening the state and copying it from a GPU.
+    with _stoker._CheckpointSaveStarted(time.monotonic_ns() - 50_000_000):
+        impl.save("a", tensors, _stoker._SaveOptions())
+    assert exposed("stoker_checkpoint_stall_seconds_sum") - before >= 0.05
+    # The scope has ended: the next stall is no longer than the call itself.
+    before = exposed("stoker_checkpoint_stall_seconds_sum")
+    began = time.monotonic()
+    impl.save("b", tensors, _stoker._SaveOptions())
+    took = time.monotonic() - began
+    assert exposed("stoker_checkpoint_stall_seconds_sum") - before <= took
+
+
 @pytest.mark.skipif(not (FASHION / "train-images-idx3-ubyte.gz").exists(),
                     reason="Debian's dataset-fashion-mnist is not installed")
 def test_fashion_mnist_breakdown_sums_to_the_measured_step_time(tmp_path):

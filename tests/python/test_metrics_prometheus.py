@@ -6,7 +6,9 @@ every second, runs a process that loads a dataset and saves checkpoints with
 metrics on, then asks Prometheus's HTTP API for the series: the bytes and
 samples delivered equal what the loader reported, the saves are counted,
 every query of dashboards/stoker.json returns series, and the process's
-series go when it exits.
+series go when it exits. Beside it, a C++ program (tests/metrics_ckpt_child.cc)
+saves checkpoints through the C++ API alone: its saves and their bytes are
+there too.
 """
 
 import json
@@ -26,6 +28,7 @@ from conftest import SOURCE_DIR, make_dataset
 
 STOKER = os.environ.get("STOKER_BIN") or shutil.which("stoker")
 PROMETHEUS = shutil.which("prometheus")
+CKPT_CHILD = os.environ.get("STOKER_METRICS_CKPT_CHILD")
 
 pytestmark = [
     pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not installed"),
@@ -104,9 +107,12 @@ def stack(tmp_path):
     cmd = [STOKER, "exporter", "--listen", f"127.0.0.1:{exporter_port}", "--dir",
            str(metrics_dir), "--watch", str(tmp_path)]
     fake_nvml = os.environ.get("STOKER_FAKE_NVML")
+    env = dict(os.environ)
     if fake_nvml:
         cmd += ["--nvml", fake_nvml]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+        env["FAKE_NVML_XIDS"] = "0:79,1:48,0:79"  # the stand-in's XID events
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env)]
     config = tmp_path / "prometheus.yml"
     # honor_labels: the processes' own `job` label is the one that counts (as
     # for a Pushgateway), not the scrape job's name.
@@ -146,6 +152,22 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(metrics_dir), uri, str(tmp_path / "ckpt")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The C++ program's checkpoints go to the Ceph cluster where CI has one
+    # (its store series then carry backend="rados" and the pool), else to a
+    # folder.
+    cxx, cxx_root, cxx_backend, cxx_pool = None, str(tmp_path / "ckpt-cxx"), "posix", ""
+    ceph_uri = os.environ.get("STOKER_TEST_STORE_URI", "")
+    if ceph_uri.startswith("rados://"):
+        base, _, query = ceph_uri.partition("?")
+        cxx_root = f"{base.rstrip('/')}/metrics-{os.getpid()}-{time.time_ns()}"
+        cxx_root += f"?{query}" if query else ""
+        cxx_backend, cxx_pool = "rados", base[len("rados://"):].split("/")[0]
+    if CKPT_CHILD:
+        cxx = subprocess.Popen([CKPT_CHILD, str(metrics_dir), cxx_root, "cxx"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    else:
+        print("no C++ checkpoint child: STOKER_METRICS_CKPT_CHILD is not set")
     try:
         stats = json.loads(child.stdout.readline() or "null")
         assert stats, child.stderr.read()
@@ -162,14 +184,32 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
             stats["batches_delivered"] + 1  # and the end of the epoch
         assert prom.value(f"stoker_checkpoint_saves_total{sel}") == 2
         assert prom.value(f"stoker_checkpoint_failures_total{sel}") == 0
-        assert prom.value(f"stoker_checkpoint_written_bytes_total{sel}") > 12000
+        import stoker
+
+        written = sum(c["bytes"] for c in stoker.Checkpointer(str(tmp_path / "ckpt")).list())
+        assert written > 12000  # two saves' tensors and structure documents
+        assert prom.value(f"stoker_checkpoint_written_bytes_total{sel}") == written
         assert prom.value(f"stoker_checkpoint_stall_seconds_count{sel}") == 2
         assert prom.value(f'stoker_store_errors_total{{job="ptest",op="read",'
                           f'code="not_found",backend="posix"}}') >= 1
         assert prom.value(f'stoker_store_read_bytes_total{{job="ptest",backend="posix"}}') >= \
             stats["bytes_read"]
         assert prom.value(f'stoker_step_seconds_count{sel}') == stats["batches_delivered"]
-        assert prom.value("stoker_exporter_processes") == 1
+        if cxx:
+            cxx_bytes = int(cxx.stdout.readline() or 0)
+            assert cxx_bytes, cxx.stderr.read()
+            csel = '{job="cxx",rank="0"}'
+            wait_for("the C++ program's saves in Prometheus",
+                     lambda: prom.query(f"stoker_checkpoint_completed_total{csel} == 2"))
+            assert prom.value(f"stoker_checkpoint_written_bytes_total{csel}") == cxx_bytes
+            assert prom.value(f"stoker_checkpoint_saves_total{csel}") == 2
+            assert prom.value(f"stoker_checkpoint_failures_total{csel}") == 0
+            assert prom.value(f"stoker_checkpoint_stall_seconds_count{csel}") == 2
+            # Its checkpointer's store is metered: chunks, part records,
+            # manifests and the root's index went through it.
+            assert prom.value(f'stoker_store_written_bytes_total{{job="cxx",backend='
+                              f'"{cxx_backend}",pool="{cxx_pool}"}}') > cxx_bytes
+        assert prom.value("stoker_exporter_processes") == (2 if cxx else 1)
         assert prom.value("stoker_node_page_cache_bytes") > 0
 
         # Rates need two scrapes of a changed counter; the process has done
@@ -187,6 +227,8 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
         if os.environ.get("STOKER_FAKE_NVML"):
             assert prom.value('stoker_gpu_utilization_ratio{gpu="1"}') == 0.5
             assert prom.value('stoker_gpu_clocks_throttled{gpu="0",reason="sw_power_cap"}') == 1
+            assert prom.value('stoker_gpu_xid_errors_total{gpu="0",xid="79"}') == 2
+            assert prom.value('stoker_gpu_xid_errors_total{gpu="1",xid="48"}') == 1
 
         # The whole scrape (a process, the node, the GPUs) is clean Prometheus text.
         if shutil.which("promtool"):
@@ -201,9 +243,19 @@ def test_prometheus_scrapes_loader_checkpoint_store_gpu_and_node(stack, tmp_path
     finally:
         child.stdin.close()
         child.wait(30)
+        if cxx:
+            cxx.stdin.close()
+            cxx.wait(30)
+            if cxx_backend == "rados":
+                import stoker
+
+                c = stoker.Checkpointer(cxx_root)
+                for name in ("sync", "async"):
+                    c.remove(name)
     # The process is gone: so are its series (the exporter drops its file;
     # Prometheus marks them stale at the next scrape).
     assert 'job="ptest"' not in get(f"http://127.0.0.1:{exporter_port}/metrics")
     wait_for("the series to go stale",
              lambda: not prom.query(f'stoker_loader_read_bytes_total{{job="ptest"}}'), timeout=10)
     assert child.returncode == 0, child.stderr.read()
+    assert cxx is None or cxx.returncode == 0, cxx.stderr.read()
