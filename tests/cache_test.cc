@@ -23,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include "cache/optimum.h"
+#include "cache_testutil.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "testutil.h"
@@ -30,143 +32,7 @@
 namespace stoker {
 namespace {
 
-namespace fs = std::filesystem;
-using testing::RandomBytes;
-using testing::TempDir;
-
-// A dataset of `files` random files packed into small shards, so that a test
-// has dozens of shards and still runs in a moment.
-struct Dataset {
-  std::string uri;
-  format::Manifest manifest;
-  uint64_t bytes = 0;  // all shards
-
-  Dataset(const fs::path& where, uint32_t files, uint64_t seed, uint64_t shard_bytes = 64 << 10) {
-    const fs::path src = where / "src";
-    for (uint32_t i = 0; i < files; ++i) {
-      char name[64];
-      std::snprintf(name, sizeof name, "c%u/f%05u.bin", i % 3, i);
-      testing::WriteFile(src / name, RandomBytes(2000 + (i * 7919) % 6000, seed * 100000 + i));
-    }
-    uri = (where / "ds").string();
-    PackOptions po;
-    po.shard_bytes = shard_bytes;
-    po.threads = 2;
-    auto m = Pack(src.string(), uri, po);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    manifest = *m;
-    for (const auto& s : manifest.shards) bytes += s.bytes;
-  }
-};
-
-// Counts the bytes read through it; optionally blocks reads of one key until
-// released (a fetcher stuck in the middle of its fetch).
-class CountingStore final : public StoreWrapper {
- public:
-  using StoreWrapper::StoreWrapper;
-  Result<size_t> Read(std::string_view k, uint64_t off, std::span<std::byte> dst) override {
-    if (!block_key.empty() && k == block_key) {
-      if (on_block) on_block();
-      while (block_key == k) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    auto n = StoreWrapper::Read(k, off, dst);
-    if (n.ok()) bytes += *n;
-    return n;
-  }
-  std::atomic<uint64_t> bytes{0};
-  std::string block_key;
-  std::function<void()> on_block;
-};
-
-Result<std::shared_ptr<NodeCache>> Open(const Dataset& d, const std::string& dir,
-                                        CacheOptions o = {}) {
-  STOKER_ASSIGN_OR_RETURN(auto remote, OpenStore(d.uri));
-  o.dir = dir;
-  return OpenNodeCache(remote, d.manifest, o);
-}
-
-// Reads shard s whole through `store` and compares it with the dataset's.
-std::string ReadAndCheck(Store& store, const Dataset& d, uint32_t s) {
-  const auto& info = d.manifest.shards[s];
-  std::vector<std::byte> got(info.bytes);
-  auto n = store.Read(info.key, 0, got);
-  if (!n.ok()) return n.status().ToString();
-  if (*n != info.bytes) return info.key + ": short read";
-  std::vector<std::byte> want;
-  std::ifstream f(d.uri + "/" + info.key, std::ios::binary);
-  want.resize(info.bytes);
-  f.read(reinterpret_cast<char*>(want.data()), std::streamsize(want.size()));
-  if (got != want) return info.key + ": bytes differ from the store's";
-  return "";
-}
-
-// Runs `body` in `n` child processes at once (each gets its index), and
-// returns what each reported ("" = fine).
-std::vector<std::string> InChildren(int n, const std::function<std::string(int)>& body) {
-  std::vector<std::pair<pid_t, int>> kids;
-  for (int i = 0; i < n; ++i) {
-    int p[2];
-    EXPECT_EQ(pipe(p), 0);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(p[0]);
-      const std::string r = body(i);
-      (void)!write(p[1], r.data(), r.size());
-      close(p[1]);
-      _exit(0);
-    }
-    close(p[1]);
-    kids.emplace_back(pid, p[0]);
-  }
-  std::vector<std::string> out;
-  for (auto [pid, fd] : kids) {
-    std::string r;
-    char buf[4096];
-    ssize_t k;
-    while ((k = read(fd, buf, sizeof buf)) > 0) r.append(buf, size_t(k));
-    close(fd);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status)) r = "child died (status " + std::to_string(status) + ")";
-    out.push_back(r);
-  }
-  return out;
-}
-
-// "remote=R misses=M hits=H waits=W" -> values.
-std::map<std::string, uint64_t> ParseCounts(const std::string& s) {
-  std::map<std::string, uint64_t> m;
-  std::istringstream in(s);
-  std::string kv;
-  while (in >> kv) {
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) m[kv.substr(0, eq)] = std::stoull(kv.substr(eq + 1));
-  }
-  return m;
-}
-
-std::string Counts(const CacheStats& c) {
-  return "remote=" + std::to_string(c.remote_bytes) + " misses=" + std::to_string(c.misses) +
-         " hits=" + std::to_string(c.hits) + " waits=" + std::to_string(c.fetch_waits) +
-         " refetches=" + std::to_string(c.refetches) +
-         " prefetches=" + std::to_string(c.prefetches) + " used=" + std::to_string(c.used_bytes);
-}
-
-uint64_t FolderBytes(const fs::path& dir) {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec);
-       it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) break;
-    const std::string name = it->path().filename().string();
-    if (name.ends_with(".stks") || name.starts_with(".tmp-")) {
-      std::error_code e2;
-      const auto size = fs::file_size(it->path(), e2);
-      if (!e2) total += size;
-    }
-  }
-  return total;
-}
+using namespace cache_testing;
 
 TEST(NodeCache, OneFetchPerShardAcrossProcesses) {
   TempDir t;
@@ -414,6 +280,29 @@ TEST(NodeCache, PlannedEvictionBeatsLruOnHalfTheDataset) {
   EXPECT_LE(planned[0], d.bytes + 2 * largest);
 }
 
+// The bound `bench node` reports: Belady's MIN over a read sequence.
+TEST(NodeCache, OfflineOptimumIsBeladysMin) {
+  using cache_internal::Access;
+  const std::vector<uint64_t> one = {1, 1, 1, 1};
+  auto seq = [](std::vector<std::pair<uint64_t, uint32_t>> reads) {
+    std::vector<Access> out;
+    for (const auto& [epoch, shard] : reads) out.push_back({out.size(), epoch, shard});
+    return out;
+  };
+  // Room for 2: A B C | A B C. At C, B (read again after A) goes; at B, A
+  // (never again) goes: 3 misses, then 1.
+  auto a = seq({{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}});
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(a, one, 2), (std::vector<uint64_t>{3, 1}));
+  // Room for 1: A B A. B is never read again: declined, A stays.
+  auto b = seq({{0, 0}, {0, 1}, {0, 0}});
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(b, one, 1), (std::vector<uint64_t>{2}));
+  // No limit: each shard once. Sizes count: a shard larger than the room is
+  // read every time.
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(a, one, 0), (std::vector<uint64_t>{3, 0}));
+  const std::vector<uint64_t> big = {5, 1, 1, 1};
+  EXPECT_EQ(cache_internal::OptimalRemoteBytes(a, big, 2), (std::vector<uint64_t>{7, 5}));
+}
+
 TEST(NodeCache, DatasetsAreKeptApart) {
   TempDir t;
   Dataset a(t.path() / "a", 80, 8), b(t.path() / "b", 80, 9);
@@ -575,33 +464,13 @@ TEST(NodeCache, NodeAffinityFetchesEachShardOnOneNode) {
     o.cache_dir = dir + "/node" + std::to_string(rank / 2);
     auto l = Loader::Open(d.uri, o);
     if (!l.ok()) return "ERR " + l.status().ToString();
-    std::string ids;
-    while (true) {
-      auto b = (*l)->Next();
-      if (!b.ok()) {
-        if (b.status().code() == Code::kOutOfRange) break;
-        return "ERR " + b.status().ToString();
-      }
-      for (size_t i = 0; i < b->size(); ++i) {
-        if (!b->padding()[i]) ids += std::to_string(b->sample_ids()[i]) + " ";
-      }
-    }
+    const std::string ids = DrainEpoch(**l);  // before the stats: operands are unsequenced
     return ids + "remote=" + std::to_string((*l)->stats().remote_bytes);
   });
   std::map<uint64_t, int> seen;
-  uint64_t remote = 0;
-  for (const auto& r : results) {
-    ASSERT_EQ(r.find("ERR"), std::string::npos) << r;
-    std::istringstream in(r);
-    std::string tok;
-    while (in >> tok) {
-      if (tok.starts_with("remote=")) {
-        remote += std::stoull(tok.substr(7));
-      } else {
-        seen[std::stoull(tok)]++;
-      }
-    }
-  }
+  std::map<std::string, uint64_t> counts;
+  Tally(results, &seen, &counts);
+  const uint64_t remote = counts["remote"];
   ASSERT_EQ(seen.size(), d.manifest.sample_count);
   for (const auto& [id, n] : seen) ASSERT_EQ(n, 1) << "sample " << id;
   EXPECT_EQ(remote, d.bytes) << "each shard fetched by one node, once";

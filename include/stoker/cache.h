@@ -21,19 +21,32 @@
 //     starts, so the folder never holds more than the limit (temporary files
 //     included).
 //   - Planned prefetch and eviction: the order is a pure function of
-//     (dataset, seed, epoch, world), so BeginEpoch computes which shards the
-//     node's ranks need next and when. A prefetch thread fetches ahead in that
-//     order, and eviction removes the shard whose next use on this node is
-//     furthest away (Belady; a shard needed later than every cached one is
-//     not admitted at all). Shards being read are pinned (a shared lock) and
-//     never evicted. "lru" evicts the least recently used shard instead and
-//     does not prefetch: the conventional cache, for comparison.
-// Datasets are kept apart by dataset id: each has a sub-folder of its own.
+//     (dataset, seed, epoch, world), so BeginEpoch computes in which order
+//     each rank of the node reads the shards, this epoch and the next. The
+//     table keeps each rank's progress and which ranks have read each shard,
+//     so a shard's next use is the soonest of the ranks that still need it,
+//     each counted from where it is (ranks drift apart). Eviction removes the
+//     shard needed furthest away (Belady), and a read whose shard is needed
+//     later than every cached one is served without caching it (as the
+//     offline optimum, MIN, declines it). A prefetch thread fetches the
+//     shards needed next into free room only: evicting for a prefetch takes
+//     a shard still needed where a little later one the ranks have finished
+//     would do. Shards being read are pinned (a shared lock) and never
+//     evicted. "lru" evicts the least recently used shard instead and does
+//     not prefetch: the conventional cache, for comparison.
+// Datasets are kept apart by dataset id: each has a sub-folder of its own,
+// under the folder's one limit. A fetch that finds no room evicts, in
+// order: its own shards not needed again this epoch, then (least recently
+// used first) its own LRU shards and other datasets' shards their processes
+// do not expect to read soon, then its own nearer ones; another dataset's
+// shards about to be read are never taken.
 //
-// What is cached: whole-shard reads of shard objects (offset 0, the
-// manifest's size), through NewReadQueue or Read; a read of part of a shard
-// fetches the shard whole and reads the part from the cache file. Every
-// other key (the manifest) goes to the remote store, as do writes.
+// What is cached: shard objects, whole-shard reads (offset 0, the manifest's
+// size) through NewReadQueue or Read, and ranged reads through OpenReader
+// (the loader's per-sample reads) or Read: the node fetches the shard whole
+// once, and the ranges are read from the cache file, which stays pinned
+// while a reader holds it. Every other key (the manifest) goes to the
+// remote store, as do writes.
 //
 // Thread safety: safe for concurrent use, as every Store; BeginEpoch may be
 // called while reads run.
@@ -65,9 +78,10 @@ struct CacheOptions {
   // ranks_per_node) share this node's cache, node = rank / ranks_per_node.
   // Default: 0 = every rank of the world is on this node.
   uint32_t ranks_per_node = 0;
-  // Shards the prefetch thread keeps fetched ahead of this process's reads
-  // (planned only; fewer when the cache has no room). Default: 16 (64 MiB
-  // of 4 MiB shards: two shuffle windows of the default 8).
+  // Shards the prefetch thread keeps fetched ahead of the node's reads
+  // (planned only; into free room only, so none once the cache is full).
+  // Default: 16 (64 MiB of 4 MiB shards: two shuffle windows of the
+  // default 8).
   uint32_t prefetch_shards = 16;
   // Check every sample's checksum of a fetched shard before it is cached,
   // and of a cache file on a hit when the file is not the one the cache
@@ -87,12 +101,13 @@ struct CacheStats {
   // Bytes read from the remote store for shards: fetches, and reads passed
   // through uncached (a shard the cache would not admit).
   uint64_t remote_bytes = 0;
-  // Bytes delivered from cache files.
+  // Bytes delivered from cache files (whole shards, or the ranges read).
   uint64_t cache_bytes = 0;
-  // Shard reads served from a cache file that was there, fetched by another
-  // process or an earlier run, or by this process's prefetch.
+  // Shard reads (and OpenReader opens of a shard) served from a cache file
+  // that was there, fetched by another process or an earlier run, or by
+  // this process's prefetch.
   uint64_t hits = 0;
-  // Shard reads that had to fetch (or pass through) themselves.
+  // Shard reads (and opens) that had to fetch (or pass through) themselves.
   uint64_t misses = 0;
   // Shard reads that waited for another fetcher of the same shard.
   uint64_t fetch_waits = 0;

@@ -1,6 +1,7 @@
 #include "cache/folder.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -72,6 +73,36 @@ void ByteLock::Release() {
   if (fd_ >= 0) close(fd_);  // the last close of the description drops its locks
   fd_ = -1;
 }
+
+Status FolderTables::Open(const std::string& dir, const std::string& ds_dir, uint64_t shards) {
+  shards_ = shards;
+  STOKER_RETURN_IF_ERROR(folder_.Open(dir + "/stoker-cache.table", 4096));
+  STOKER_RETURN_IF_ERROR(table_.Open(ds_dir + "/table", DatasetTableBytes(shards)));
+  Locked l(*this);
+  FolderHeader& h = header();
+  if (h.magic != kFolderMagic) {
+    h.used = 0;
+    h.tick = 0;
+    h.magic = kFolderMagic;
+  }
+  DatasetHeader& d = dataset();
+  if (d.magic != kDatasetMagic || d.shards != shards) {
+    for (uint64_t i = 0; i < shards; ++i) {
+      At(uint32_t(i)).soon = 0;
+      At(uint32_t(i)).unused = 0;
+    }
+    d.shards = shards;
+    d.magic = kDatasetMagic;
+  }
+  return Status::Ok();
+}
+
+FolderTables::Locked::Locked(const FolderTables& t) : t_(t), lock_(t.mu_) {
+  while (flock(t_.folder_.fd(), LOCK_EX) != 0 && errno == EINTR) {
+  }
+}
+
+FolderTables::Locked::~Locked() { flock(t_.folder_.fd(), LOCK_UN); }
 
 Status CheckOfdLocks(const std::string& path) {
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);

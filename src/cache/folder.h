@@ -4,7 +4,9 @@
 //   DIR/stoker-cache.table     the folder's header (bytes held, a clock),
 //                              mmap'd; flock on it is the folder lock
 //   DIR/<dataset id>/table     one entry per shard: absent, being fetched
-//                              (its bytes reserved) or present, mmap'd
+//                              (its bytes reserved) or present; then each
+//                              node rank's progress and each shard's read
+//                              marks (planned eviction), mmap'd
 //   DIR/<dataset id>/fetch.lock   byte i: shard i's fetch lock (OFD)
 //   DIR/<dataset id>/pin.lock     byte i: shard i's pins (OFD, shared)
 //   DIR/<dataset id>/NNNNNNNN.stks   the cache files
@@ -22,8 +24,11 @@
 
 namespace stoker::cache_internal {
 
-inline constexpr uint64_t kFolderMagic = 0x31454843414b5453ull;   // "STKACHE1"
-inline constexpr uint64_t kDatasetMagic = 0x32534443414b5453ull;  // "STKACDS2"
+inline constexpr uint64_t kFolderMagic = 0x31454843414b5453ull;  // "STKACHE1"
+// "STKACDS3": Entry::soon where version 2 kept a read count, then the
+// ranks' progress and the read marks. A version 2 table is taken over with
+// `soon` cleared (its files and bytes stay counted).
+inline constexpr uint64_t kDatasetMagic = 0x33534443414b5453ull;  // "STKACDS3"
 
 struct FolderHeader {
   uint64_t magic;
@@ -38,10 +43,12 @@ struct Entry {
   uint32_t pid;  // the fetcher's, for messages
   uint64_t bytes;
   uint64_t last_use;
-  // Reads of the shard in epoch reads_epoch - 1 by the node's ranks (planned
-  // eviction: a shard every rank has read is done for the epoch).
-  uint32_t reads_epoch;
-  uint32_t reads;
+  // 1 while a planned process of its dataset expects a read of it soon (it
+  // was fetched for a read or a prefetch and not every rank of the node has
+  // read it yet): another dataset sharing the folder evicts it only last.
+  // 0: LRU, or done for the epoch (kept only for a later one).
+  uint32_t soon;
+  uint32_t unused;
   // The cache file as its fetcher wrote it (inode, ctime in ns): a file that
   // still matches was checked whole when fetched; one that does not was
   // changed or replaced behind the cache's back.
@@ -56,6 +63,31 @@ struct DatasetHeader {
   uint64_t unused[6];
 };
 static_assert(sizeof(DatasetHeader) == 64);
+
+// Where one rank of the node is in its epoch: the furthest place (in its own
+// order of shard reads) it has begun to read at, in epoch epoch_tag - 1.
+struct RankProgress {
+  uint32_t epoch_tag;
+  uint32_t step;
+};
+
+// Which ranks of the node (a bit each) have read a shard in epoch
+// epoch_tag - 1: once every rank that needs it has, it is done for the epoch.
+struct ReadMarks {
+  uint64_t epoch_tag;
+  uint64_t mask;
+};
+
+// Ranks of one node told apart in the table (a bit each in ReadMarks).
+inline constexpr uint32_t kTableRanks = 64;
+
+// The dataset table's bytes for `shards` shards: the header, the entries,
+// the ranks' progress, the read marks. A table made before the last two
+// parts existed is grown with zeros (nothing read yet), which is valid.
+inline uint64_t DatasetTableBytes(uint64_t shards) {
+  return sizeof(DatasetHeader) + shards * sizeof(Entry) + kTableRanks * sizeof(RankProgress) +
+         shards * sizeof(ReadMarks);
+}
 
 // A file mapped shared, created with `bytes` zero bytes when missing.
 class MappedFile {
@@ -91,6 +123,53 @@ class ByteLock {
 
  private:
   int fd_ = -1;
+};
+
+// The tables of one dataset in a cache folder, mapped, and the folder lock
+// over them.
+class FolderTables {
+ public:
+  // Maps DIR/stoker-cache.table and DS_DIR/table (made if missing).
+  Status Open(const std::string& dir, const std::string& ds_dir, uint64_t shards);
+
+  FolderHeader& header() const { return *static_cast<FolderHeader*>(folder_.data()); }
+  DatasetHeader& dataset() const { return *static_cast<DatasetHeader*>(table_.data()); }
+  Entry& At(uint32_t s) const {
+    return reinterpret_cast<Entry*>(Base() + sizeof(DatasetHeader))[s];
+  }
+  RankProgress& Progress(uint32_t r) const {
+    return reinterpret_cast<RankProgress*>(Base() + sizeof(DatasetHeader) +
+                                           shards_ * sizeof(Entry))[r];
+  }
+  ReadMarks& Marks(uint32_t s) const {
+    return reinterpret_cast<ReadMarks*>(Base() + sizeof(DatasetHeader) + shards_ * sizeof(Entry) +
+                                        kTableRanks * sizeof(RankProgress))[s];
+  }
+  uint64_t shards() const { return shards_; }
+  // Whether shard s's file is there (read without the folder lock).
+  bool Present(uint32_t s) const {
+    return __atomic_load_n(&At(s).state, __ATOMIC_ACQUIRE) == kPresent;
+  }
+
+  // The folder lock: threads of this process (a mutex), then processes
+  // (flock on the folder table). Held briefly, never across a fetch.
+  class Locked {
+   public:
+    explicit Locked(const FolderTables& t);
+    ~Locked();
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    const FolderTables& t_;
+    std::unique_lock<std::mutex> lock_;
+  };
+
+ private:
+  std::byte* Base() const { return static_cast<std::byte*>(table_.data()); }
+  MappedFile folder_, table_;
+  uint64_t shards_ = 0;
+  mutable std::mutex mu_;
 };
 
 // Whether the file system of `path` offers OFD locks (EINVAL otherwise).

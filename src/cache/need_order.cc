@@ -25,7 +25,16 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
   for (uint32_t s = 0; s < shard_samples.size(); ++s)
     shard_of.insert(shard_of.end(), shard_samples[s], s);
 
+  if (end_rank - first_rank > kMaxNodeRanks) {
+    return InvalidArgument("cache: " + std::to_string(end_rank - first_rank) +
+                           " ranks on one node; the planned cache tells at most " +
+                           std::to_string(kMaxNodeRanks) + " apart");
+  }
   NeedOrder o;
+  o.ranks = end_rank - first_rank;
+  o.local_rank = plan.rank - first_rank;
+  o.rank_first.assign(size_t(o.ranks) * shard_samples.size(), kNoStep);
+  o.rank_order.resize(o.ranks);
   o.readers.assign(shard_samples.size(), 0);
   std::vector<uint32_t> seen_by(shard_samples.size(), UINT32_MAX);
   o.first_step.assign(shard_samples.size(), kNever);
@@ -43,6 +52,9 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
       if (seen_by[s] != r) {
         seen_by[s] = r;
         o.readers[s]++;
+        auto& order = o.rank_order[r - first_rank];
+        o.rank_first[size_t(r - first_rank) * shard_samples.size() + s] = uint32_t(order.size());
+        order.push_back(s);
       }
       o.first_step[s] = std::min(o.first_step[s], j);
       o.last_step[s] = std::max(o.last_step[s], j);

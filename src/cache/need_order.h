@@ -17,6 +17,10 @@
 namespace stoker::cache_internal {
 
 inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+inline constexpr uint32_t kNoStep = std::numeric_limits<uint32_t>::max();
+// Ranks of one node the planned cache tells apart (a bit each in the table's
+// read marks). Default nodes hold 4 or 8 GPUs, one rank each.
+inline constexpr uint32_t kMaxNodeRanks = 64;
 
 struct NeedOrder {
   // Per shard: the first and last step (the index of a sample within a rank's
@@ -34,6 +38,22 @@ struct NeedOrder {
   std::vector<uint32_t> readers;
   // Shard -> its index in `sequence`, or UINT32_MAX.
   std::vector<uint32_t> index_of;
+  // The node's ranks (at most kMaxNodeRanks), and which of them this
+  // process is (0-based within the node).
+  uint32_t ranks = 0;
+  uint32_t local_rank = 0;
+  // Per local rank r and shard s, at [r * shards + s]: where s comes in
+  // rank r's reads (the k-th shard it reads this epoch), or kNoStep. Ranks
+  // drift apart within an epoch, so a shard's next use is the soonest of the
+  // ranks that have not read it yet, each counted in reads from where it is
+  // (the planned eviction's key; reads, not samples, as ranks read shards at
+  // about the same rate, whatever their samples per shard).
+  std::vector<uint32_t> rank_first;
+  uint32_t RankFirst(uint32_t r, uint32_t shard) const {
+    return rank_first[size_t(r) * first_step.size() + shard];
+  }
+  // Per local rank: its shards in the order it reads them.
+  std::vector<std::vector<uint32_t>> rank_order;
   // index_of[shard] as a signed value: -1 when the node does not need it.
   int64_t IndexOf(uint32_t shard) const;
 

@@ -7,7 +7,10 @@
 // other (training ranks run in lock step). Prints per epoch the bytes read
 // from the store (remote_bytes) next to the dataset's size, each rank's MB/s
 // and the node's, and the totals. Without --cache, every rank reads from the
-// store: the peer the cache is measured against.
+// store: the peer the cache is measured against. With --cache, the ranks
+// log their shard reads (STOKER_CACHE_ACCESS_LOG) and each epoch also
+// reports the offline optimum for that read sequence and cache size
+// (Belady's MIN, src/cache/optimum.h): optimum_remote_bytes.
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/optimum.h"
 #include "cli/cli.h"
 #include "stoker/loader.h"
 
@@ -115,70 +119,78 @@ struct Child {
   uint32_t job = 0, rank = 0;
 };
 
-Result<uint64_t> DatasetBytes(const std::string& uri) {
+Result<std::vector<uint64_t>> ShardBytes(const std::string& uri) {
   STOKER_ASSIGN_OR_RETURN(auto store, OpenStore(uri));
   STOKER_ASSIGN_OR_RETURN(format::Manifest m, ReadManifest(*store));
-  uint64_t bytes = 0;
-  for (const auto& s : m.shards) bytes += s.bytes;
+  std::vector<uint64_t> bytes;
+  for (const auto& s : m.shards) bytes.push_back(s.bytes);
   return bytes;
 }
 
-int RunNode(const NodeArgs& a) {
-  auto dataset_bytes = DatasetBytes(a.uri);
-  if (!dataset_bytes.ok()) return Fail(dataset_bytes.status());
-  // A rank that died leaves a closed pipe: its write fails, nothing more.
-  signal(SIGPIPE, SIG_IGN);
-  std::vector<Child> kids;
-  for (uint32_t job = 0; job < a.jobs; ++job) {
-    for (uint32_t r = 0; r < a.ranks; ++r) {
-      int out[2], in[2];
-      if (pipe(out) != 0 || pipe(in) != 0) return Fail(ErrnoToStatus(errno, "pipe"));
-      std::vector<std::string> argv = {
-          "stoker",           "bench",
-          "node-rank",        a.uri,
-          "--rank",           std::to_string(r),
-          "--world-size",     std::to_string(a.world ? a.world : a.ranks),
-          "--rank-offset",    std::to_string(a.rank_offset),
-          "--epochs",         std::to_string(a.epochs),
-          "--batch-size",     std::to_string(a.batch_size),
-          "--window",         std::to_string(a.window),
-          "--threads",        std::to_string(a.threads),
-          "--seed",           std::to_string(a.seed + job),
-          "--policy",         a.policy,
-          "--cache-gib",      std::to_string(a.cache_gib),
-          "--ranks-per-node", std::to_string(a.ranks_per_node)};
-      if (a.node_affinity) argv.push_back("--node-affinity");
-      argv.push_back("--read-unit");
-      argv.push_back(a.read_unit);
-      if (!a.cache.empty()) {
-        argv.push_back("--cache");
-        argv.push_back(a.cache);
-      }
-      const pid_t pid = fork();
-      if (pid < 0) return Fail(ErrnoToStatus(errno, "fork"));
-      if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[0]);
-        close(in[1]);
-        close(out[0]);
-        close(out[1]);
-        std::vector<char*> args;
-        for (auto& s : argv) args.push_back(s.data());
-        args.push_back(nullptr);
-        execv("/proc/self/exe", args.data());
-        std::perror("stoker bench node: exec");
-        _exit(127);
-      }
-      close(in[0]);
-      close(out[1]);
-      kids.push_back({pid, out[0], in[1], "", job, r});
-    }
+// The optimum per epoch from the ranks' access log (removed after).
+std::vector<uint64_t> Optimum(const std::string& log, std::span<const uint64_t> shard_bytes,
+                              uint64_t capacity) {
+  auto reads = cache_internal::ReadAccessLog(log);
+  unlink(log.c_str());
+  if (!reads.ok()) return {};
+  return cache_internal::OptimalRemoteBytes(*reads, shard_bytes, capacity);
+}
+
+// Starts rank `r` of job `job` (this program again) with pipes for its
+// reports (its stdout) and the barrier (its stdin).
+Result<Child> StartRank(const NodeArgs& a, uint32_t job, uint32_t r) {
+  int out[2], in[2];
+  if (pipe(out) != 0 || pipe(in) != 0) return ErrnoToStatus(errno, "pipe");
+  std::vector<std::string> argv = {"stoker",           "bench",
+                                   "node-rank",        a.uri,
+                                   "--rank",           std::to_string(r),
+                                   "--world-size",     std::to_string(a.world ? a.world : a.ranks),
+                                   "--rank-offset",    std::to_string(a.rank_offset),
+                                   "--epochs",         std::to_string(a.epochs),
+                                   "--batch-size",     std::to_string(a.batch_size),
+                                   "--window",         std::to_string(a.window),
+                                   "--threads",        std::to_string(a.threads),
+                                   "--seed",           std::to_string(a.seed + job),
+                                   "--policy",         a.policy,
+                                   "--cache-gib",      std::to_string(a.cache_gib),
+                                   "--ranks-per-node", std::to_string(a.ranks_per_node)};
+  if (a.node_affinity) argv.push_back("--node-affinity");
+  argv.push_back("--read-unit");
+  argv.push_back(a.read_unit);
+  if (!a.cache.empty()) {
+    argv.push_back("--cache");
+    argv.push_back(a.cache);
   }
-  // epoch -> the ranks' reports.
-  std::map<uint32_t, std::vector<nlohmann::json>> reports;
+  const pid_t pid = fork();
+  if (pid < 0) return ErrnoToStatus(errno, "fork");
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[0]);
+    close(in[1]);
+    close(out[0]);
+    close(out[1]);
+    std::vector<char*> args;
+    for (auto& s : argv) args.push_back(s.data());
+    args.push_back(nullptr);
+    execv("/proc/self/exe", args.data());
+    std::perror("stoker bench node: exec");
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  return Child{pid, out[0], in[1], "", job, r};
+}
+
+using Reports = std::map<uint32_t, std::vector<nlohmann::json>>;  // epoch -> the ranks'
+
+// Reads the ranks' reports until every rank has closed its stdout, and
+// releases the ranks at the end of each epoch once all live ranks reported
+// it (the barrier).
+Reports Collect(std::vector<Child>& kids, uint32_t epochs) {
+  Reports reports;
   size_t open = kids.size();
-  std::vector<bool> released(a.epochs, false);
+  std::vector<bool> released(epochs, false);
   auto Release = [&](uint32_t e) {  // the barrier: every rank goes on
     released[e] = true;
     for (auto& k : kids) (void)!write(k.in, "g", 1);
@@ -196,7 +208,7 @@ int RunNode(const NodeArgs& a) {
         kids[i].out = -1;
         open--;
         // A rank that died does not hold the others at the barrier.
-        for (uint32_t e = 0; e + 1 < a.epochs; ++e) {
+        for (uint32_t e = 0; e + 1 < epochs; ++e) {
           if (!released[e] && !reports[e].empty() && reports[e].size() >= open) Release(e);
         }
         continue;
@@ -211,10 +223,15 @@ int RunNode(const NodeArgs& a) {
         j["rank"] = kids[i].rank;
         const uint32_t e = j["epoch"];
         reports[e].push_back(j);
-        if (reports[e].size() >= open && e + 1 < a.epochs && !released[e]) Release(e);
+        if (reports[e].size() >= open && e + 1 < epochs && !released[e]) Release(e);
       }
     }
   }
+  return reports;
+}
+
+// Waits for the ranks; returns how many failed.
+int Reap(std::vector<Child>& kids) {
   int failed = 0;
   for (auto& k : kids) {
     close(k.in);
@@ -222,52 +239,112 @@ int RunNode(const NodeArgs& a) {
     waitpid(k.pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
   }
+  return failed;
+}
+
+// One epoch's reports summed over the node's ranks, next to the dataset and
+// (when known) the optimum.
+nlohmann::json SumEpoch(uint32_t e, const std::vector<nlohmann::json>& rs, uint64_t dataset,
+                        const std::vector<uint64_t>& optimum) {
+  uint64_t remote = 0, read = 0;
+  double slowest = 0;
+  std::vector<double> mbs;
+  nlohmann::json j = {{"epoch", e}};
+  for (const char* k : {"hits", "misses", "fetch_waits", "evictions", "refetches"}) {
+    uint64_t sum = 0;
+    for (const auto& r : rs) sum += r[k].get<uint64_t>();
+    j[k] = sum;
+  }
+  for (const auto& r : rs) {
+    remote += r["remote_bytes"].get<uint64_t>();
+    read += r["bytes_read"].get<uint64_t>();
+    const double s = r["seconds"].get<double>();
+    slowest = std::max(slowest, s);
+    mbs.push_back(s > 0 ? double(r["bytes_read"].get<uint64_t>()) / s / 1e6 : 0);
+  }
+  std::sort(mbs.begin(), mbs.end());
+  j["remote_bytes"] = remote;
+  j["dataset_bytes"] = dataset;
+  j["remote_per_dataset"] = double(remote) / double(dataset);
+  j["bytes_read"] = read;
+  j["seconds"] = slowest;
+  j["node_mb_per_s"] = slowest > 0 ? double(read) / slowest / 1e6 : 0;
+  j["rank_mb_per_s_min"] = mbs.empty() ? 0 : mbs.front();
+  j["rank_mb_per_s_mean"] =
+      mbs.empty() ? 0 : std::accumulate(mbs.begin(), mbs.end(), 0.0) / double(mbs.size());
+  j["rank_mb_per_s_max"] = mbs.empty() ? 0 : mbs.back();
+  if (e < optimum.size()) {
+    j["optimum_remote_bytes"] = optimum[e];
+    j["remote_per_optimum"] =
+        optimum[e] ? double(remote) / double(optimum[e]) : (remote ? 1e9 : 1.0);
+  }
+  return j;
+}
+
+void PrintTable(const NodeArgs& a, const nlohmann::json& out, uint64_t dataset) {
+  std::printf("%s: %u job(s) x %u ranks, cache %s (%s), dataset %s\n", a.uri.c_str(), a.jobs,
+              a.ranks, a.cache.empty() ? "none" : a.cache.c_str(),
+              out["policy"].get<std::string>().c_str(), HumanBytes(double(dataset)).c_str());
+  std::printf("%5s %14s %8s %8s %10s %9s %9s %9s %9s\n", "epoch", "remote_bytes", "x_data",
+              "x_optimum", "node_MB/s", "rank_min", "rank_mean", "rank_max", "evictions");
+  for (const auto& e : out["epochs"]) {
+    std::printf("%5u %14lu %8.3f %8.3f %10.0f %9.0f %9.0f %9.0f %9lu\n", e["epoch"].get<uint32_t>(),
+                (unsigned long)e["remote_bytes"].get<uint64_t>(),
+                e["remote_per_dataset"].get<double>(), e.value("remote_per_optimum", 0.0),
+                e["node_mb_per_s"].get<double>(), e["rank_mb_per_s_min"].get<double>(),
+                e["rank_mb_per_s_mean"].get<double>(), e["rank_mb_per_s_max"].get<double>(),
+                (unsigned long)e["evictions"].get<uint64_t>());
+  }
+  std::printf("total: %s from the store, %s read by the ranks, %.0f MB/s\n",
+              HumanBytes(double(out["total"]["remote_bytes"].get<uint64_t>())).c_str(),
+              HumanBytes(double(out["total"]["bytes_read"].get<uint64_t>())).c_str(),
+              out["total"]["node_mb_per_s"].get<double>());
+}
+
+int RunNode(const NodeArgs& a) {
+  auto shard_bytes = ShardBytes(a.uri);
+  if (!shard_bytes.ok()) return Fail(shard_bytes.status());
+  const uint64_t dataset = std::accumulate(shard_bytes->begin(), shard_bytes->end(), uint64_t{0});
+  std::string access_log;
+  if (!a.cache.empty()) {
+    char path[] = "/tmp/stoker-node-access-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return Fail(ErrnoToStatus(errno, "mkstemp"));
+    close(fd);
+    access_log = path;
+    setenv("STOKER_CACHE_ACCESS_LOG", path, 1);  // the ranks inherit it
+  }
+  // A rank that died leaves a closed pipe: its write fails, nothing more.
+  signal(SIGPIPE, SIG_IGN);
+  std::vector<Child> kids;
+  for (uint32_t job = 0; job < a.jobs; ++job) {
+    for (uint32_t r = 0; r < a.ranks; ++r) {
+      auto kid = StartRank(a, job, r);
+      if (!kid.ok()) return Fail(kid.status());
+      kids.push_back(std::move(kid).value());
+    }
+  }
+  const Reports reports = Collect(kids, a.epochs);
+  const int failed = Reap(kids);
+  const uint64_t limit = uint64_t(a.cache_gib * double(1ull << 30));
+  const std::vector<uint64_t> optimum =
+      access_log.empty() ? std::vector<uint64_t>{} : Optimum(access_log, *shard_bytes, limit);
   nlohmann::json out = {{"uri", a.uri},
                         {"ranks", a.ranks},
                         {"jobs", a.jobs},
                         {"cache", a.cache},
                         {"policy", a.cache.empty() ? "none" : a.policy},
-                        {"cache_bytes_limit", uint64_t(a.cache_gib * double(1ull << 30))},
-                        {"dataset_bytes", *dataset_bytes}};
+                        {"cache_bytes_limit", limit},
+                        {"shards", shard_bytes->size()},
+                        {"dataset_bytes", dataset}};
   nlohmann::json epochs = nlohmann::json::array();
   uint64_t total_remote = 0, total_read = 0;
   double total_seconds = 0;
-  for (auto& [e, rs] : reports) {
-    uint64_t remote = 0, read = 0, hits = 0, misses = 0, waits = 0, evictions = 0, refetches = 0;
-    double slowest = 0;
-    std::vector<double> mbs;
-    for (const auto& r : rs) {
-      remote += r["remote_bytes"].get<uint64_t>();
-      read += r["bytes_read"].get<uint64_t>();
-      hits += r["hits"].get<uint64_t>();
-      misses += r["misses"].get<uint64_t>();
-      waits += r["fetch_waits"].get<uint64_t>();
-      evictions += r["evictions"].get<uint64_t>();
-      refetches += r["refetches"].get<uint64_t>();
-      const double s = r["seconds"].get<double>();
-      slowest = std::max(slowest, s);
-      mbs.push_back(s > 0 ? double(r["bytes_read"].get<uint64_t>()) / s / 1e6 : 0);
-    }
-    std::sort(mbs.begin(), mbs.end());
-    total_remote += remote;
-    total_read += read;
-    total_seconds += slowest;
-    epochs.push_back({{"epoch", e},
-                      {"remote_bytes", remote},
-                      {"dataset_bytes", *dataset_bytes},
-                      {"remote_per_dataset", double(remote) / double(*dataset_bytes)},
-                      {"bytes_read", read},
-                      {"seconds", slowest},
-                      {"node_mb_per_s", slowest > 0 ? double(read) / slowest / 1e6 : 0},
-                      {"rank_mb_per_s_min", mbs.empty() ? 0 : mbs.front()},
-                      {"rank_mb_per_s_mean",
-                       mbs.empty() ? 0 : std::accumulate(mbs.begin(), mbs.end(), 0.0) / mbs.size()},
-                      {"rank_mb_per_s_max", mbs.empty() ? 0 : mbs.back()},
-                      {"hits", hits},
-                      {"misses", misses},
-                      {"fetch_waits", waits},
-                      {"evictions", evictions},
-                      {"refetches", refetches}});
+  for (const auto& [e, rs] : reports) {
+    epochs.push_back(SumEpoch(e, rs, dataset, optimum));
+    total_remote += epochs.back()["remote_bytes"].get<uint64_t>();
+    total_read += epochs.back()["bytes_read"].get<uint64_t>();
+    total_seconds += epochs.back()["seconds"].get<double>();
   }
   out["epochs"] = epochs;
   out["total"] = {
@@ -279,23 +356,7 @@ int RunNode(const NodeArgs& a) {
   if (a.json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("%s: %u job(s) x %u ranks, cache %s (%s), dataset %s\n", a.uri.c_str(), a.jobs,
-                a.ranks, a.cache.empty() ? "none" : a.cache.c_str(),
-                out["policy"].get<std::string>().c_str(),
-                HumanBytes(double(*dataset_bytes)).c_str());
-    std::printf("%5s %14s %8s %10s %9s %9s %9s %9s\n", "epoch", "remote_bytes", "x_data",
-                "node_MB/s", "rank_min", "rank_mean", "rank_max", "evictions");
-    for (const auto& e : epochs) {
-      std::printf("%5u %14lu %8.3f %10.0f %9.0f %9.0f %9.0f %9lu\n", e["epoch"].get<uint32_t>(),
-                  (unsigned long)e["remote_bytes"].get<uint64_t>(),
-                  e["remote_per_dataset"].get<double>(), e["node_mb_per_s"].get<double>(),
-                  e["rank_mb_per_s_min"].get<double>(), e["rank_mb_per_s_mean"].get<double>(),
-                  e["rank_mb_per_s_max"].get<double>(),
-                  (unsigned long)e["evictions"].get<uint64_t>());
-    }
-    std::printf("total: %s from the store, %s read by the ranks, %.0f MB/s\n",
-                HumanBytes(double(total_remote)).c_str(), HumanBytes(double(total_read)).c_str(),
-                out["total"]["node_mb_per_s"].get<double>());
+    PrintTable(a, out, dataset);
   }
   if (failed) {
     std::fprintf(stderr, "stoker bench node: %d rank(s) failed\n", failed);

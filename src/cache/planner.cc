@@ -1,0 +1,131 @@
+#include "cache/planner.h"
+
+#include <algorithm>
+
+namespace stoker::cache_internal {
+
+Status Planner::Begin(const PlanOptions& plan, uint64_t epoch, uint64_t position) {
+  STOKER_ASSIGN_OR_RETURN(NeedOrder cur, NeedOrder::Compute(dataset_id_, shard_samples_, plan,
+                                                            ranks_per_node_, epoch, position));
+  STOKER_ASSIGN_OR_RETURN(NeedOrder next, NeedOrder::Compute(dataset_id_, shard_samples_, plan,
+                                                             ranks_per_node_, epoch + 1, 0));
+  {
+    std::lock_guard lock(mu_);
+    view_.cur = std::make_shared<const NeedOrder>(std::move(cur));
+    view_.next = std::make_shared<const NeedOrder>(std::move(next));
+    view_.epoch = epoch;
+    view_.generation++;
+    changes_++;
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Planner::View Planner::Current() const {
+  std::lock_guard lock(mu_);
+  return view_;
+}
+
+bool Planner::WaitForChange(uint64_t* seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return stop_ || (view_ && changes_ != *seen); });
+  *seen = changes_;
+  return !stop_;
+}
+
+void Planner::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Planner::OnRead(const View& v, FolderTables& t, uint32_t s) {
+  const NeedOrder& c = *v.cur;
+  const uint32_t step = c.RankFirst(c.local_rank, s);
+  if (step == kNoStep) return;  // not this rank's shard in this epoch
+  RankProgress& p = t.Progress(c.local_rank);
+  if (p.epoch_tag != Tag(v)) p = {Tag(v), 0};
+  p.step = std::max(p.step, step);
+  ReadMarks& m = t.Marks(s);
+  if (m.epoch_tag != Tag(v)) m = {Tag(v), 0};
+  m.mask |= uint64_t(1) << c.local_rank;
+  bool done = true;
+  for (uint32_t r = 0; r < c.ranks && done; ++r) {
+    done = c.RankFirst(r, s) == kNoStep || (m.mask >> r & 1);
+  }
+  {
+    std::lock_guard lock(mu_);
+    changes_++;
+  }
+  cv_.notify_all();
+  if (done) t.At(s).soon = 0;
+}
+
+uint64_t Planner::NextUse(const View& v, const FolderTables& t, uint32_t s, bool after_mine,
+                          bool* this_epoch) {
+  const NeedOrder& c = *v.cur;
+  const ReadMarks& m = t.Marks(s);
+  uint64_t read = m.epoch_tag == Tag(v) ? m.mask : 0;
+  if (after_mine) read |= uint64_t(1) << c.local_rank;
+  uint64_t best = kNever;
+  for (uint32_t r = 0; r < c.ranks; ++r) {
+    const uint32_t step = c.RankFirst(r, s);
+    if (step == kNoStep || (read >> r & 1)) continue;
+    const RankProgress& p = t.Progress(r);
+    if (p.epoch_tag > Tag(v)) continue;  // it has moved on to a later epoch
+    const uint64_t at = p.epoch_tag == Tag(v) ? p.step : 0;
+    best = std::min<uint64_t>(best, step > at ? step - at : 0);
+  }
+  if (this_epoch) *this_epoch = best != kNever;
+  if (best != kNever || !v.next) return best;
+  // Needed next in the next epoch: the reads each rank has left in this one,
+  // then its reads there until s.
+  for (uint32_t r = 0; r < c.ranks && r < v.next->ranks; ++r) {
+    const uint32_t there = v.next->RankFirst(r, s);
+    if (there == kNoStep) continue;
+    const RankProgress& p = t.Progress(r);
+    const uint64_t at = p.epoch_tag == Tag(v) ? p.step + 1 : 0;
+    const uint64_t left = c.rank_order[r].size() > at ? c.rank_order[r].size() - at : 0;
+    best = std::min<uint64_t>(best, left + there + 1);
+  }
+  return best;
+}
+
+std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint32_t n) {
+  const NeedOrder& c = *v.cur;
+  // From the slowest rank's place in the node's order (the first step of the
+  // shard it reads now).
+  uint64_t slowest = kNever;
+  for (uint32_t r = 0; r < c.ranks; ++r) {
+    const RankProgress& p = t.Progress(r);
+    const auto& order = c.rank_order[r];
+    if (order.empty()) continue;
+    const uint32_t k = p.epoch_tag == Tag(v) ? std::min<uint32_t>(p.step, order.size() - 1) : 0;
+    slowest = std::min(slowest, c.first_step[order[k]]);
+  }
+  if (slowest == kNever) slowest = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> found;
+  const auto from = std::lower_bound(c.sequence.begin(), c.sequence.end(), slowest,
+                                     [&](uint32_t x, uint64_t at) { return c.first_step[x] < at; });
+  for (auto it = from; it != c.sequence.end() && found.size() < n; ++it) {
+    if (t.At(*it).state != kAbsent) continue;
+    bool now;
+    const uint64_t use = NextUse(v, t, *it, false, &now);
+    if (now) found.emplace_back(use, *it);
+  }
+  for (size_t i = 0; v.next && i < v.next->sequence.size() && found.size() < n; ++i) {
+    const uint32_t s = v.next->sequence[i];
+    if (t.At(s).state != kAbsent) continue;
+    bool now;
+    const uint64_t use = NextUse(v, t, s, false, &now);
+    if (!now && use != kNever) found.emplace_back(use, s);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<uint32_t> out;
+  for (const auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+}  // namespace stoker::cache_internal

@@ -1,0 +1,71 @@
+// The planned policy's view of the node: the need order of this epoch and
+// the next (need_order.h), this rank's place in the node, and from the
+// folder's tables each rank's progress and which ranks have read a shard, so
+// that a shard's next use is the soonest of the ranks that still need it,
+// each from where it is (ranks drift apart within an epoch: one rank's
+// progress says little about the others').
+//
+// Thread safety: Begin and Current may be called from any thread; the
+// functions that take a FolderTables run under its lock.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cache/folder.h"
+#include "cache/need_order.h"
+
+namespace stoker::cache_internal {
+
+class Planner {
+ public:
+  Planner(uint64_t dataset_id, std::vector<uint32_t> shard_samples, uint32_t ranks_per_node)
+      : dataset_id_(dataset_id),
+        shard_samples_(std::move(shard_samples)),
+        ranks_per_node_(ranks_per_node) {}
+
+  // An epoch's orders, fixed for one decision.
+  struct View {
+    std::shared_ptr<const NeedOrder> cur, next;
+    uint64_t epoch = 0;
+    uint64_t generation = 0;
+    explicit operator bool() const { return cur != nullptr; }
+  };
+
+  Status Begin(const PlanOptions& plan, uint64_t epoch, uint64_t position);
+  View Current() const;
+  // Blocks until the plan or this rank's progress changes since `seen` (or
+  // `timeout`, or Stop); false once stopped.
+  bool WaitForChange(uint64_t* seen, std::chrono::milliseconds timeout);
+  void Stop();
+
+  // Under the folder lock: this rank begins a read of shard s.
+  void OnRead(const View& v, FolderTables& t, uint32_t s);
+  // Under the folder lock: steps until the node's ranks next need s (the
+  // Belady key); without this rank's own need when `after_mine` (a read in
+  // hand: its next use after this one). *this_epoch: whether a rank still
+  // needs s in this epoch (else its use is the next epoch's, or kNever).
+  static uint64_t NextUse(const View& v, const FolderTables& t, uint32_t s, bool after_mine,
+                          bool* this_epoch = nullptr);
+  // Under the folder lock: up to n shards not in the cache that the node
+  // needs next, soonest first (this epoch's, then the next's).
+  static std::vector<uint32_t> Ahead(const View& v, const FolderTables& t, uint32_t n);
+
+ private:
+  static uint32_t Tag(const View& v) { return uint32_t(v.epoch + 1); }
+
+  const uint64_t dataset_id_;
+  const std::vector<uint32_t> shard_samples_;
+  const uint32_t ranks_per_node_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  View view_;
+  uint64_t changes_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace stoker::cache_internal
