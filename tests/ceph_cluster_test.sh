@@ -11,55 +11,7 @@
 # SKIP_RETURN_CODE) with the reason when Ceph is not installed.
 set -uo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cluster="$root/scripts/ceph-cluster.sh"
-passed=0
-failed=0
-
-for tool in ceph ceph-mon ceph-osd rados; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "skipped: $tool not installed (scripts/install-deps.sh --all)"
-    echo "0 passed, 0 failed"
-    exit 77
-  fi
-done
-
-tmp="$(mktemp -d "${TMPDIR:-/tmp}/stoker-ceph-test.XXXXXX")"
-dir="$tmp/cluster"
-cleanup() {
-  "$cluster" stop "$dir" 2>/dev/null
-  rm -rf -- "$tmp"
-}
-trap cleanup EXIT
-
-log() { printf '[%3ds] %s\n' "$SECONDS" "$*"; }
-pass() { passed=$((passed + 1)); log "PASS $1"; }
-fail() { failed=$((failed + 1)); log "FAIL $1${2:+: $2}"; }
-check() { # NAME CMD...: passes iff CMD exits 0
-  local name="$1" out
-  shift
-  if out="$("$@" 2>&1)"; then pass "$name"; else fail "$name" "$(tail -n 3 <<<"$out")"; fi
-}
-refused() { # NAME CMD...: passes iff CMD fails with EPERM/EACCES, not some other error
-  local name="$1" out
-  shift
-  if out="$("$@" 2>&1)"; then
-    fail "$name" "was allowed"
-  elif grep -qE '\((1|13)\) (Operation not permitted|Permission denied)' <<<"$out"; then
-    pass "$name"
-  else
-    fail "$name" "failed, but not with EPERM: $(tail -n 2 <<<"$out")"
-  fi
-}
-
-# The clients run with a bounded wait, so a broken cluster fails the test
-# instead of hanging it.
-rados_as() { # ID ARGS...
-  local id="$1"
-  shift
-  timeout 60 rados --id "$id" --client-mount-timeout 15 "$@"
-}
-ceph_() { timeout 60 ceph --id admin --connect-timeout 15 "$@"; }
+source "$(dirname "${BASH_SOURCE[0]}")/ceph_test_lib.sh" ceph
 
 osd_state() { ceph_ osd dump | awk -v n="osd.$1" '$1 == n { print $2 }'; } # up|down
 wait_osd() { # ID STATE LIMIT_S: until osd.ID is STATE; prints the seconds it took
@@ -88,15 +40,7 @@ no_daemons_left() { # no ceph process whose argv names this cluster's conf
 
 # ---- start --------------------------------------------------------------------
 
-log "starting a cluster in $dir"
-t0=$SECONDS
-if ! exports="$("$cluster" start "$dir")"; then
-  fail "start"
-  echo "$passed passed, $failed failed"
-  exit 1
-fi
-pass "start ($((SECONDS - t0)) s)"
-eval "$exports"
+ceph_test_start
 check "start prints CEPH_CONF for eval" test "$CEPH_CONF" == "$dir/ceph.conf"
 check "env file" grep -qx "export CEPH_CONF=$dir/ceph.conf" "$dir/env"
 check "status answers" "$cluster" status "$dir"
@@ -199,5 +143,4 @@ else
   fail "second start, no mgr"
 fi
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+ceph_test_summary

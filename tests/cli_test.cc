@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -245,6 +246,23 @@ TEST(CliTest, CkptLsShowVerifyRm) {
   EXPECT_NE(missing.out.find("no checkpoint step-9 at " + root), std::string::npos) << missing.out;
   auto escape = Stoker("ckpt rm " + root + " ../x");
   EXPECT_EQ(escape.code, 10 + int(Code::kInvalidArgument)) << escape.out;
+
+  // What a save killed after its folder's mkdir leaves (an empty folder): no
+  // checkpoint in ls; rm takes it once it is old, and says why it leaves a
+  // fresh one.
+  const fs::path leftover = d.path() / "ckpt/dead";
+  fs::create_directories(leftover / "rank-00000");
+  auto with_leftover = Stoker("ckpt ls --json " + root);
+  EXPECT_EQ(nlohmann::json::parse(with_leftover.out).size(), 1u) << with_leftover.out;
+  auto fresh = Stoker("ckpt rm " + root + " dead");
+  EXPECT_EQ(fresh.code, 10 + int(Code::kNotFound)) << fresh.out;
+  EXPECT_NE(fresh.out.find("left alone"), std::string::npos) << fresh.out;
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(leftover / "rank-00000", hour_ago);
+  fs::last_write_time(leftover, hour_ago);
+  auto old = Stoker("ckpt rm " + root + " dead");
+  EXPECT_EQ(old.code, 0) << old.out;
+  EXPECT_FALSE(fs::exists(leftover));
 
   // A root folder that does not exist is NotFound, not an empty table; an
   // existing empty one is an empty table.

@@ -33,6 +33,7 @@
 #include <set>
 #include <thread>
 
+#include "stoker/retrying_store.h"
 #include "stoker/store.h"
 #include "testutil.h"
 
@@ -117,8 +118,9 @@ bool IoUringUsable(std::string* why) {
 
 enum class Backend { kMemory, kPosixIoUring, kPosixThreads, kEnvUri };
 
-// A backend, and whether the suite sees it through a StoreWrapper: a wrapper
-// must keep every behaviour and capability of what it wraps.
+// A backend, and whether the suite sees it through a wrapper (RetryingStore,
+// writes retried too, over StoreWrapper): a wrapper must keep every
+// behaviour and capability of what it wraps.
 struct BackendParam {
   Backend backend;
   bool wrapped = false;
@@ -152,7 +154,11 @@ class StoreConformance : public ::testing::TestWithParam<BackendParam> {
     if (store_ != nullptr && GetParam().wrapped) {
       capabilities_of_target_ = store_->capabilities();
       local_reads_of_target_ = store_->local_reads();
-      store_ = std::make_shared<StoreWrapper>(store_);
+      // A retrying wrapper that retries writes too: it overrides the most
+      // of any wrapper, and must change nothing a healthy store does.
+      RetryOptions retry;
+      retry.writes = true;
+      store_ = std::make_shared<RetryingStore>(store_, retry);
     }
   }
 
@@ -511,6 +517,18 @@ TEST_P(StoreConformance, RemoveThenNotFound) {
   // And it can come back.
   ASSERT_OK(store_->Put(K("gone/x"), Text("again")));
   EXPECT_EQ(store_->Stat(K("gone/x"))->size, 5u);
+}
+
+// RemoveEmptyFolder never takes a folder that holds an object; an absent
+// one is NotFound.
+TEST_P(StoreConformance, RemoveEmptyFolderKeepsObjects) {
+  ASSERT_OK(store_->Put(K("ef/a/b"), Text("x")));
+  auto r = store_->RemoveEmptyFolder(K("ef/"), std::chrono::seconds(0));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(*r);
+  EXPECT_TRUE(store_->Stat(K("ef/a/b")).ok());
+  EXPECT_EQ(store_->RemoveEmptyFolder(K("never-was/"), std::chrono::seconds(0)).status().code(),
+            Code::kNotFound);
 }
 
 // RemoveFolder removes every object under the folder, at any depth, and
@@ -1131,6 +1149,42 @@ TEST_P(PosixStoreTest, RemoveFolderTakesTemporaryFilesAndSubFolders) {
   ASSERT_OK(store_->RemoveFolder("ln/"));
   EXPECT_TRUE(fs::exists(outside / "precious"));
   EXPECT_FALSE(fs::exists(root_ / "ln"));
+}
+
+// RemoveEmptyFolder takes a folder only when it holds nothing but empty
+// folders unchanged for the idle time (what a writer killed after its mkdir
+// leaves), and a writer's Put into a folder removed under it still lands.
+TEST_P(PosixStoreTest, RemoveEmptyFolderTakesOnlyIdleEmptyFolders) {
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  auto age = [&](const fs::path& p) {
+    for (const auto& e : fs::recursive_directory_iterator(p)) fs::last_write_time(e, hour_ago);
+    fs::last_write_time(p, hour_ago);
+  };
+  const std::chrono::seconds minute(60);
+  auto removed = [](const Result<bool>& r) { return r.ok() && *r; };
+  fs::create_directories(root_ / "dead/rank-00000");
+  fs::create_directories(root_ / "fresh/rank-00000");
+  fs::create_directories(root_ / "tmp/rank-00000");
+  testing::WriteFile(root_ / "tmp/rank-00000/.000.chunk.tmp.4242.9", RandomBytes(10, 1));
+  ASSERT_OK(store_->Put("obj/rank-00000/000.chunk", RandomBytes(10, 2)));
+  for (const char* d : {"dead", "tmp", "obj"}) age(root_ / d);
+  EXPECT_TRUE(removed(store_->RemoveEmptyFolder("dead/", minute)));
+  EXPECT_FALSE(fs::exists(root_ / "dead"));
+  for (const char* d : {"fresh/", "tmp/", "obj/"}) {
+    auto r = store_->RemoveEmptyFolder(d, minute);
+    ASSERT_TRUE(r.ok()) << d << r.status().ToString();
+    EXPECT_FALSE(*r) << d;
+  }
+  EXPECT_TRUE(fs::exists(root_ / "fresh/rank-00000"));
+  EXPECT_TRUE(fs::exists(root_ / "tmp/rank-00000/.000.chunk.tmp.4242.9"));
+  EXPECT_TRUE(store_->Stat("obj/rank-00000/000.chunk").ok());
+  EXPECT_EQ(store_->RemoveEmptyFolder("dead/", minute).status().code(), Code::kNotFound);
+  EXPECT_EQ(store_->RemoveEmptyFolder("obj/rank-00000/000.chunk/", minute).status().code(),
+            Code::kNotFound);
+  EXPECT_EQ(store_->RemoveEmptyFolder("../", minute).status().code(), Code::kInvalidArgument);
+  // Idle 0: the fresh one is old enough; then a Put recreates its folder.
+  EXPECT_TRUE(removed(store_->RemoveEmptyFolder("fresh/", std::chrono::seconds(0))));
+  ASSERT_OK(store_->Put("fresh/rank-00000/000.chunk", RandomBytes(10, 3)));
 }
 
 // Durability through a power cut (testing::PowerCutDisk): a Put is durable

@@ -15,60 +15,10 @@
 # SKIP_RETURN_CODE) with the reason when Ceph is not installed.
 set -uo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cluster="$root/scripts/ceph-cluster.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/ceph_test_lib.sh" tune
 stoker="${1:-${STOKER_BIN:-$root/build/stoker}}"
-passed=0
-failed=0
 
-for tool in ceph ceph-mon ceph-osd rados; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "skipped: $tool not installed (scripts/install-deps.sh --all)"
-    echo "0 passed, 0 failed"
-    exit 77
-  fi
-done
-
-tmp="$(mktemp -d "${TMPDIR:-/tmp}/stoker-tune-test.XXXXXX")"
-dir="$tmp/cluster"
-cleanup() {
-  "$cluster" stop "$dir" >/dev/null 2>&1
-  rm -rf -- "$tmp"
-}
-trap cleanup EXIT
-
-log() { printf '[%3ds] %s\n' "$SECONDS" "$*"; }
-pass() { passed=$((passed + 1)); log "PASS $1"; }
-fail() { failed=$((failed + 1)); log "FAIL $1${2:+: $2}"; }
-check() { # NAME CMD...: passes iff CMD exits 0
-  local name="$1" out
-  shift
-  if out="$("$@" 2>&1)"; then pass "$name"; else fail "$name" "$(tail -n 5 <<<"$out")"; fi
-}
-has() { # NAME TEXT PATTERN: passes iff TEXT contains PATTERN (grep -E)
-  if grep -qE -- "$3" <<<"$2"; then pass "$1"; else fail "$1" "no /$3/ in: $(tail -n 8 <<<"$2")"; fi
-}
-refused() { # NAME CMD...: passes iff CMD fails with EPERM/EACCES
-  local name="$1" out
-  shift
-  if out="$("$@" 2>&1)"; then
-    fail "$name" "was allowed"
-  elif grep -qE '\((1|13)\) (Operation not permitted|Permission denied)' <<<"$out"; then
-    pass "$name"
-  else
-    fail "$name" "failed, but not with EPERM: $(tail -n 2 <<<"$out")"
-  fi
-}
-ceph_() { timeout 60 ceph --id admin --connect-timeout 15 "$@"; }
-rados_as() { local id="$1"; shift; timeout 60 rados --id "$id" --client-mount-timeout 15 "$@"; }
-
-log "starting a cluster in $dir"
-if ! exports="$("$cluster" start "$dir")"; then
-  fail "start"
-  echo "$passed passed, $failed failed"
-  exit 1
-fi
-eval "$exports"
+ceph_test_start
 base=("$stoker" tune ceph --conf "$CEPH_CONF" --data-pool td --ckpt-pool ck
   --gpus-per-node 4 --osd-memory-target 1073741824 --client job1 --timeout 30)
 tune=("${base[@]}" --replicas 2)
@@ -187,5 +137,4 @@ has "nvme + hdd: an nvme rule" "$out" "osd crush rule create-replicated stoker-n
 out="$("${mixed[@]}" --replicas 2 --dry-run 2>&1)"
 has "one nvme OSD cannot hold 2 copies: checkpoints on hdd" "$out" "osd pool create ck3 [0-9]+ [0-9]+ replicated stoker-hdd-osd"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+ceph_test_summary

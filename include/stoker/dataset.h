@@ -1,4 +1,6 @@
-// Dataset tools: what `stoker inspect` and `stoker verify` do, as a library.
+// The dataset module: reading a packed dataset's manifest, and what `stoker
+// inspect` and `stoker verify` do, as a library. Pack, verify and the loader
+// all read a dataset through here; none of them needs another.
 //
 // Thread safety: reentrant; VerifyDataset calls `on_problem` from the calling
 // thread only.
@@ -14,6 +16,10 @@
 #include "stoker/store.h"
 
 namespace stoker {
+
+// Reads and validates a dataset's manifest (docs/format.md). NotFound "no
+// stoker dataset at URI" when there is none.
+Result<format::Manifest> ReadManifest(Store& store);
 
 // One problem verify found: a whole shard (sample < 0) or one sample.
 struct VerifyProblem {

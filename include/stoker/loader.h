@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/dataset.h"  // ReadManifest, for the loader's callers
 #include "stoker/decode.h"
 #include "stoker/format.h"
 #include "stoker/status.h"
@@ -329,10 +330,6 @@ LoaderState IdentifiedState(uint64_t epoch, uint64_t position, const format::Man
 // for a newer version.
 Status CheckResumeState(const LoaderState& state, const format::Manifest& m,
                         const LoaderOptions& o);
-
-// Reads and validates a dataset's manifest. NotFound "no stoker dataset at
-// URI" when there is none.
-Result<format::Manifest> ReadManifest(Store& store);
 
 // Decodes a JPEG and resizes it to out_h x out_w RGB into `out` (size
 // out_h * out_w * 3). `scratch` is reused between calls. Corruption when the

@@ -232,6 +232,19 @@ class Store {
   // leaves some of the objects, each whole. A Put under `folder` at the same
   // time may survive it. The default lists and removes each object.
   virtual Status RemoveFolder(std::string_view folder);
+
+  // Removes `folder` (as for RemoveFolder) only if it holds nothing: no
+  // object, nothing else the backend keeps there (a POSIX store's temporary
+  // files of writes under way or killed), only empty sub-folders, and none
+  // of it changed within `idle`. What a writer killed between making a
+  // folder and creating its first file in it leaves (POSIX), which no
+  // listing shows. True when it was removed; false when it holds something
+  // or changed within `idle` (a writer may be about to use it: it is left
+  // alone); NotFound when there is no such folder. The default (a store
+  // without folders keeps nothing besides objects): false when
+  // List(folder) has objects, NotFound otherwise (so it costs a List: see
+  // StoreCapabilities::prefix_listing).
+  virtual Result<bool> RemoveEmptyFolder(std::string_view folder, std::chrono::seconds idle);
 };
 
 // Forwards every call to another store, so that a decorator (fault injection,
@@ -280,6 +293,9 @@ class StoreWrapper : public Store {
   Result<std::vector<ObjectInfo>> List(std::string_view p) override { return target_->List(p); }
   Status Remove(std::string_view k) override { return target_->Remove(k); }
   Status RemoveFolder(std::string_view f) override { return target_->RemoveFolder(f); }
+  Result<bool> RemoveEmptyFolder(std::string_view f, std::chrono::seconds idle) override {
+    return target_->RemoveEmptyFolder(f, idle);
+  }
   Store* target() const { return target_.get(); }
 
  private:

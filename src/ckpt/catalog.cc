@@ -1,6 +1,9 @@
 #include "ckpt/catalog.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdio>
 #include <limits>
@@ -19,6 +22,13 @@ constexpr std::string_view kFloorKey = "_catalog/floor";
 constexpr std::string_view kAutoKey = "_catalog/auto";
 // Probes past a stale hint before a claim gives up.
 constexpr uint64_t kMaxProbes = 1u << 20;
+// How long a checkpoint's folder that holds nothing (no object, no
+// temporary file: what a save killed between making the folder and writing
+// its first file leaves) must have been unchanged before retention or a
+// removal takes it for dead. A writer makes a folder and creates its first
+// file in it at once, so this only has to outlast a writer that is stopped
+// or starved of CPU in between.
+constexpr std::chrono::seconds kLeftoverAge{600};
 
 std::string SequenceKey(uint64_t s) {
   char buf[48];
@@ -101,7 +111,7 @@ Result<uint64_t> Catalog::ReadNumber(std::string_view key) {
 
 Status Catalog::PutNumber(std::string_view key, uint64_t n) {
   const std::string s = std::to_string(n) + "\n";
-  return WithRetries(retry_, [&] { return store_->Put(key, Bytes(s)); });
+  return store_->Put(key, Bytes(s));
 }
 
 // A hint (the head, the last automatic name): atomic like every object, but
@@ -164,8 +174,7 @@ Result<uint64_t> Catalog::Claim(const std::string& name) {
   STOKER_ASSIGN_OR_RETURN(uint64_t head, Head());
   const std::string entry = name + "\n";
   for (uint64_t s = head + 1; s <= head + kMaxProbes; ++s) {
-    Status c =
-        WithRetries(retry_, [&] { return store_->CreateDeferred(SequenceKey(s), Bytes(entry)); });
+    Status c = store_->CreateDeferred(SequenceKey(s), Bytes(entry));
     if (c.code() == Code::kAlreadyExists) {
       // Ours after all when a retried create had reached the store.
       auto e = ReadEntry(s);
@@ -184,7 +193,7 @@ Result<uint64_t> Catalog::Claim(const std::string& name) {
 
 Status Catalog::PutLatest(const std::string& name) {
   const std::string pointer = name + "\n";
-  return WithRetries(retry_, [&] { return store_->Put(kLatestKey, Bytes(pointer)); });
+  return store_->Put(kLatestKey, Bytes(pointer));
 }
 
 Status Catalog::Commit(const std::string& name, uint64_t sequence, std::vector<RankPart> parts,
@@ -202,7 +211,7 @@ Status Catalog::Commit(const std::string& name, uint64_t sequence, std::vector<R
   m.ranks = std::move(parts);
   m.sequence = sequence;
   const std::string encoded = EncodeCheckpointManifest(m);
-  Status s = WithRetries(retry_, [&] { return store_->Put(ManifestKey(name), Bytes(encoded)); });
+  Status s = store_->Put(ManifestKey(name), Bytes(encoded));
   if (!s.ok()) return s.WithContext("commit of " + Where(name));
   s = PutLatest(name);
   if (!s.ok()) {
@@ -232,6 +241,7 @@ Status Catalog::Retain(uint64_t sequence, uint32_t keep_last, const std::string&
       return entry.status();
     }
     STOKER_ASSIGN_OR_RETURN(bool has, HasManifest(*entry));
+    if (!has && kept >= keep_last && RemovedLeftover(*entry, q)) continue;
     if (!has || kept < keep_last) {
       new_floor = q;
       if (has) ++kept;
@@ -247,6 +257,19 @@ Status Catalog::Retain(uint64_t sequence, uint32_t keep_last, const std::string&
   }
   if (new_floor != floor) return PutNumber(kFloorKey, new_floor);
   return Status::Ok();
+}
+
+// An entry without a manifest, older than the commits retention keeps, is a
+// save in progress or a dead one. Dead for sure when its folder holds
+// nothing and has not changed for kLeftoverAge: then the folder and the
+// entry go (and no longer hold the floor down). Only where folders are cheap
+// to look into: a store without (RADOS) has no empty ones, and asking would
+// list the pool at every commit.
+bool Catalog::RemovedLeftover(const std::string& name, uint64_t sequence) {
+  if (!store_->capabilities().prefix_listing) return false;
+  auto gone = store_->RemoveEmptyFolder(name + "/", kLeftoverAge);
+  if (!gone.ok() || !*gone) return false;
+  return Ignorable(store_->Remove(SequenceKey(sequence)));
 }
 
 Status Catalog::Remove(std::string_view name) {
@@ -268,7 +291,7 @@ Status Catalog::RemoveOne(const std::string& name, bool repoint) {
       return m.status();
     }
     STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store_->List(name + "/"));
-    if (objects.empty()) return NotFound("no checkpoint " + name + " at " + uri());
+    if (objects.empty()) return RemoveEmptyLeftover(name);
     Status s = store_->Remove(ManifestKey(name));
     if (!Ignorable(s)) return s;
     auto latest = Latest();
@@ -298,6 +321,21 @@ Status Catalog::RemoveOne(const std::string& name, bool repoint) {
   return Status::Ok();
 }
 
+// NAME/ without objects: what a save killed between making the folder and
+// writing into it left, if it holds nothing and has been unchanged for
+// kLeftoverAge; else NotFound, saying what is there.
+Status Catalog::RemoveEmptyLeftover(const std::string& name) {
+  auto gone = store_->RemoveEmptyFolder(name + "/", kLeftoverAge);
+  if (gone.ok() && *gone) return Status::Ok();
+  if (!gone.ok() && gone.status().code() != Code::kNotFound) return gone.status();
+  std::string why;
+  if (gone.ok()) {
+    why = " (its folder holds no object, but temporary files or changes of the last " +
+          std::to_string(kLeftoverAge.count()) + " s: a save may be writing it; left alone)";
+  }
+  return NotFound("no checkpoint " + name + " at " + uri() + why);
+}
+
 // `latest` to the newest commit below sequence `below`, found in the index
 // (built first if the root has none); removed when there is none.
 Status Catalog::RepointLatest(uint64_t below) {
@@ -322,7 +360,12 @@ Result<std::string> Catalog::ClaimName(std::string_view prefix) {
   const Code code = hint.status().code();
   if (!hint.ok() && code != Code::kNotFound && code != Code::kCorruption) return hint.status();
   const uint64_t start = hint.ok() ? *hint + 1 : 1;
-  const std::string empty;
+  // Who claims: a retried create that had reached the store finds its own
+  // claim (AlreadyExists, with these bytes) and takes the name after all.
+  static std::atomic<uint64_t> claims{0};
+  const std::string token = std::to_string(::getpid()) + " " +
+                            std::to_string(Clock::now().time_since_epoch().count()) + " " +
+                            std::to_string(claims.fetch_add(1)) + "\n";
   for (uint64_t n = start; n < start + kMaxProbes; ++n) {
     char digits[32];
     std::snprintf(digits, sizeof digits, "%06llu", static_cast<unsigned long long>(n));
@@ -330,8 +373,12 @@ Result<std::string> Catalog::ClaimName(std::string_view prefix) {
     STOKER_RETURN_IF_ERROR(ValidateCheckpointName(name));
     STOKER_ASSIGN_OR_RETURN(bool committed, HasManifest(name));
     if (committed) continue;  // a checkpoint of a stoker without claims
-    Status c = store_->Create(name + "/claim", Bytes(empty));
-    if (c.code() == Code::kAlreadyExists) continue;
+    Status c = store_->Create(name + "/claim", Bytes(token));
+    if (c.code() == Code::kAlreadyExists) {
+      auto theirs = store_->ReadAll(name + "/claim");
+      if (!theirs.ok() || !std::ranges::equal(*theirs, Bytes(token))) continue;
+      c = Status::Ok();
+    }
     STOKER_RETURN_IF_ERROR(c.WithContext("claiming checkpoint name " + name + " at " + uri()));
     PutHint(kAutoKey, n);
     return name;

@@ -25,8 +25,8 @@ namespace stoker::ckpt {
 
 class Catalog {
  public:
-  Catalog(std::shared_ptr<Store> store, RetryPolicy retry)
-      : store_(std::move(store)), retry_(retry) {}
+  // `store` retries what is retryable (WithWriteRetries).
+  explicit Catalog(std::shared_ptr<Store> store) : store_(std::move(store)) {}
 
   const std::string& uri() const { return store_->uri(); }
   std::string KeyUri(std::string_view key) const { return uri() + "/" + std::string(key); }
@@ -81,12 +81,13 @@ class Catalog {
   Result<bool> HasManifest(const std::string& name);
   Status Retain(uint64_t sequence, uint32_t keep_last, const std::string& name);
   Status RemoveOne(const std::string& name, bool repoint);
+  bool RemovedLeftover(const std::string& name, uint64_t sequence);
+  Status RemoveEmptyLeftover(const std::string& name);
   Status RepointLatest(uint64_t below);
   Status PutLatest(const std::string& name);
   Result<std::vector<CheckpointListing>> ListAll();
 
   std::shared_ptr<Store> store_;
-  RetryPolicy retry_;
 };
 
 }  // namespace stoker::ckpt

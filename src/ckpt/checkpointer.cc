@@ -128,9 +128,9 @@ class CheckpointerImpl final : public Checkpointer {
   CheckpointerImpl(std::shared_ptr<Store> store, const CheckpointerOptions& options)
       : store_(std::move(store)),
         opt_(Fixed(options)),
-        retry_{opt_.write_retries, opt_.retry_backoff},
-        writer_(store_, opt_.io_threads, retry_),
-        catalog_(store_, retry_),
+        retrying_(ckpt::WithWriteRetries(store_, opt_.write_retries, opt_.retry_backoff)),
+        writer_(retrying_, opt_.io_threads),
+        catalog_(retrying_),
         restorer_(store_, opt_) {}
 
   ~CheckpointerImpl() override {
@@ -317,7 +317,7 @@ class CheckpointerImpl final : public Checkpointer {
 
   std::shared_ptr<Store> store_;
   const CheckpointerOptions opt_;
-  const ckpt::RetryPolicy retry_;
+  const std::shared_ptr<Store> retrying_;  // store_ with write retries
   ckpt::ChunkWriter writer_;
   ckpt::Catalog catalog_;
   ckpt::Restorer restorer_;

@@ -120,14 +120,13 @@ Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
     ci.bytes = c.bytes;
     ci.offset = c.offset;
     // The checksum is taken as the store writes the bytes (one pass over
-    // them, not two); the chunk's durability waits for SyncDeferred below.
-    return WithRetries(retry_, [&] {
-      format::Hash64Stream stream;
-      Status put = store_->PutObservedDeferred(
-          ci.key, data, [&stream](std::span<const std::byte> p) { stream.Update(p); });
-      if (put.ok()) ci.hash = stream.Digest();
-      return put;
-    });
+    // them, not two; a retried write shows each byte once); the chunk's
+    // durability waits for SyncDeferred below.
+    format::Hash64Stream stream;
+    Status put = store_->PutObservedDeferred(
+        ci.key, data, [&stream](std::span<const std::byte> p) { stream.Update(p); });
+    if (put.ok()) ci.hash = stream.Digest();
+    return put;
   });
   // Every chunk durable at once (one flush, not one per chunk), before the
   // record that names them. Not retried: a failed sync does not say which
@@ -138,7 +137,7 @@ Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
 }
 
 Status ChunkWriter::PutSmall(const std::string& key, std::span<const std::byte> data) {
-  return WithRetries(retry_, [&] { return store_->Put(key, data); });
+  return store_->Put(key, data);
 }
 
 }  // namespace stoker::ckpt

@@ -55,23 +55,23 @@ class StagingArea {
 
 class ChunkWriter {
  public:
-  ChunkWriter(std::shared_ptr<Store> store, uint32_t io_threads, RetryPolicy retry)
-      : store_(std::move(store)), io_threads_(io_threads), retry_(retry) {}
+  // `store` retries what is retryable (WithWriteRetries).
+  ChunkWriter(std::shared_ptr<Store> store, uint32_t io_threads)
+      : store_(std::move(store)), io_threads_(io_threads) {}
 
   // §1.1 step 1: writes the chunks of `rank`'s stream of checkpoint `name` in
-  // parallel, each checksummed as it is written and retried per the policy,
+  // parallel, each checksummed as it is written (and retried by the store),
   // then makes them durable together (Store::SyncDeferred); returns the part
   // with its chunks.
   Result<RankPart> Write(const std::string& name, uint32_t rank, std::span<const TensorRef> tensors,
                          uint64_t chunk_bytes);
 
-  // Puts a small object (a part record, a manifest) durably, with retries.
+  // Puts a small object (a part record, a manifest) durably.
   Status PutSmall(const std::string& key, std::span<const std::byte> data);
 
  private:
   std::shared_ptr<Store> store_;
   uint32_t io_threads_;
-  RetryPolicy retry_;
 };
 
 }  // namespace stoker::ckpt

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include "stoker/retrying_store.h"
+
 namespace stoker::ckpt {
 
 size_t Workers(size_t n, uint32_t threads) {
@@ -64,22 +66,17 @@ std::string ChunkContext(const RankPart& part, const ChunkInfo& chunk) {
          JoinNames(TensorsIn(part, chunk.offset, chunk.bytes)) + ")";
 }
 
-}  // namespace stoker::ckpt
-
-namespace stoker::ckpt {
-
-Status WithRetries(const RetryPolicy& policy, const std::function<Status()>& op) {
-  auto backoff = policy.backoff;
-  for (uint32_t attempt = 0;; ++attempt) {
-    Status s = op();
-    if (s.ok() || !s.retryable()) return s;
-    if (attempt >= policy.retries) {
-      return Status(s.code(), s.message() + " (after " + std::to_string(attempt + 1) + " attempts)",
-                    true);
-    }
-    std::this_thread::sleep_for(backoff);
-    backoff *= 2;
-  }
+std::shared_ptr<Store> WithWriteRetries(std::shared_ptr<Store> store, uint32_t retries,
+                                        std::chrono::milliseconds backoff) {
+  RetryOptions o;
+  o.writes = true;
+  o.max_retries = retries;
+  o.first_backoff = backoff;
+  // Doubling without a cap or a deadline: the number of retries bounds the
+  // wait.
+  o.max_backoff = std::chrono::hours(24);
+  o.deadline = std::chrono::hours(24 * 365);
+  return std::make_shared<RetryingStore>(std::move(store), o);
 }
 
 }  // namespace stoker::ckpt

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,17 +35,12 @@ std::string ChunkContext(const RankPart& part, const ChunkInfo& chunk);
 
 namespace stoker::ckpt {
 
-// Retries of a write whose error is retryable (CheckpointerOptions::
-// write_retries and retry_backoff). A local stand-in for a retrying store
-// wrapper: the checkpointer's writes go through WithRetries only.
-struct RetryPolicy {
-  uint32_t retries = 3;
-  std::chrono::milliseconds backoff{200};
-};
-
-// Runs `op` until it succeeds, fails with an error that is not retryable, or
-// has been retried `retries` times (doubling the wait each time). A
-// retryable error that remains says how many attempts were made.
-Status WithRetries(const RetryPolicy& policy, const std::function<Status()>& op);
+// `store` with the checkpoint's write retries (CheckpointerOptions::
+// write_retries and retry_backoff): a RetryingStore that retries writes and
+// reads whose error is retryable, `retries` times, waiting `backoff` and
+// doubling it each time, with no deadline beyond that. The chunk writer and
+// the catalog write through it; a sync is not retried (Store::SyncDeferred).
+std::shared_ptr<Store> WithWriteRetries(std::shared_ptr<Store> store, uint32_t retries,
+                                        std::chrono::milliseconds backoff);
 
 }  // namespace stoker::ckpt

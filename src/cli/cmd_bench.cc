@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench.h"
 #include "cli/cli.h"
 #include "cli/loader_flags.h"
-#include "bench/bench.h"
 
 namespace stoker::cli {
 
@@ -47,6 +47,23 @@ int Report(const std::string& what, const LoaderRun& run, const LoaderOptions& o
   return 0;
 }
 
+// What bench loader and bench files share: how much to read, how to report
+// it, and the loader's flags.
+struct ReadArgs {
+  uint64_t samples = 0;
+  uint32_t epochs = 1;
+  bool json = false;
+  LoaderFlags flags;
+
+  void Add(CLI::App* cmd) {
+    cmd->add_option("--samples", samples, "Stop after this many samples (0 = whole epochs)")
+        ->capture_default_str();
+    cmd->add_option("--epochs", epochs, "Epochs to read")->capture_default_str();
+    cmd->add_flag("--json", json, "Machine-readable output");
+    flags.Add(cmd);
+  }
+};
+
 void RegisterBenchFiles(CLI::App* bench, Action* action);
 
 }  // namespace
@@ -55,21 +72,13 @@ void RegisterBench(CLI::App& app, Action* action) {
   auto* bench = app.add_subcommand("bench", "Measure the loader (and, later, storage)");
   bench->require_subcommand(1);
 
-  struct Args {
+  struct Args : ReadArgs {
     std::string uri;
-    uint64_t samples = 0;
-    uint32_t epochs = 1;
-    bool json = false;
-    LoaderFlags flags;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = bench->add_subcommand("loader", "Read a dataset as fast as possible");
   cmd->add_option("URI", args->uri, "Dataset URI")->required();
-  cmd->add_option("--samples", args->samples, "Stop after this many samples (0 = whole epochs)")
-      ->capture_default_str();
-  cmd->add_option("--epochs", args->epochs, "Epochs to read")->capture_default_str();
-  cmd->add_flag("--json", args->json, "Machine-readable output");
-  args->flags.Add(cmd);
+  args->Add(cmd);
   RegisterBenchFiles(bench, action);
   RegisterBenchStorage(bench, action);
   cmd->callback([args, action] {
@@ -134,22 +143,14 @@ void RegisterBench(CLI::App& app, Action* action) {
 
 namespace {
 void RegisterBenchFiles(CLI::App* bench, Action* action) {
-  struct Args {
+  struct Args : ReadArgs {
     std::string src;
-    uint64_t samples = 0;
-    uint32_t epochs = 1;
-    bool json = false;
-    LoaderFlags flags;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = bench->add_subcommand(
       "files", "The per-file baseline: read an ImageFolder tree (or list) one file per sample");
   cmd->add_option("SRC", args->src, "ImageFolder root or 'PATH LABEL' list file")->required();
-  cmd->add_option("--samples", args->samples, "Stop after this many samples (0 = whole epochs)")
-      ->capture_default_str();
-  cmd->add_option("--epochs", args->epochs, "Epochs to read")->capture_default_str();
-  cmd->add_flag("--json", args->json, "Machine-readable output");
-  args->flags.Add(cmd);
+  args->Add(cmd);
   cmd->callback([args, action] {
     *action = [args] {
       if (Status st = args->flags.Finish(); !st.ok()) return Fail(st);

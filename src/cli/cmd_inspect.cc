@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
-#include "stoker/loader.h"
+#include "stoker/dataset.h"
 
 namespace stoker::cli {
 

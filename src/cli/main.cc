@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/cli.h"
+#include "core/text.h"
 
 namespace stoker::cli {
 
@@ -11,17 +12,7 @@ int Fail(const Status& status) {
   return 10 + static_cast<int>(status.code());
 }
 
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return buf;
-}
+std::string HumanBytes(double bytes) { return internal::HumanBytes(bytes); }
 
 }  // namespace stoker::cli
 

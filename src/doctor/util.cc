@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/text.h"
 #include "doctor/internal.h"
 
 namespace stoker::doctor {
@@ -102,16 +103,7 @@ std::string LinkText(const PciLink& link) {
 
 std::string BytesText(uint64_t bytes) {
   if (bytes == kUnlimited) return "unlimited";
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
+  return internal::HumanBytes(double(bytes));
 }
 
 std::string Fixed(double v, int digits) {

@@ -385,18 +385,6 @@ Status ValidateOptions(const LoaderOptions& o) {
 
 }  // namespace
 
-Result<format::Manifest> ReadManifest(Store& store) {
-  auto raw = store.ReadAll(format::kManifestKey);
-  if (!raw.ok()) {
-    if (raw.status().code() == Code::kNotFound) {
-      return NotFound("no stoker dataset at " + store.uri() + " (no " +
-                      std::string(format::kManifestKey) + ")");
-    }
-    return raw.status();
-  }
-  return format::DecodeManifest(*raw, store.uri() + "/" + std::string(format::kManifestKey));
-}
-
 Result<std::unique_ptr<Loader>> Loader::Open(std::string_view uri, const LoaderOptions& options) {
   STOKER_RETURN_IF_ERROR(ValidateOptions(options));
   STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, OpenStore(uri, options.store));

@@ -16,7 +16,6 @@
 #include <unordered_set>
 
 #include "core/file_util.h"
-#include "stoker/loader.h"
 #include "stoker/plan.h"
 
 namespace stoker {

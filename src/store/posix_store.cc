@@ -609,6 +609,39 @@ class PosixStore final : public Store {
     return Status::Ok();
   }
 
+  // Folders only, none changed within `idle`, removed deepest first with
+  // rmdir, which fails on a folder a writer has just put a file into: then
+  // the folder is in use after all, and what remains is left alone.
+  Result<bool> RemoveEmptyFolder(std::string_view folder, std::chrono::seconds idle) override {
+    STOKER_RETURN_IF_ERROR(store_internal::ValidateFolder(folder));
+    namespace fs = std::filesystem;
+    const std::string path = JoinPath(root_, folder.substr(0, folder.size() - 1));
+    std::error_code ec;
+    if (!fs::is_directory(fs::symlink_status(path, ec))) {
+      return NotFound("no folder " + Quote(folder) + " at " + uri_);
+    }
+    const auto cutoff = fs::file_time_type::clock::now() - idle;
+    std::vector<std::string> dirs = {path};
+    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::end(it);
+         it.increment(ec)) {
+      if (!it->is_directory(ec) || it->is_symlink(ec)) return false;  // a file, or a link
+      dirs.push_back(it->path().string());
+    }
+    if (ec) return ErrnoToStatus(ec.value(), "list folder " + path);
+    for (const std::string& d : dirs) {
+      const auto t = fs::last_write_time(d, ec);
+      if (ec) return ErrnoToStatus(ec.value(), "stat " + d);
+      if (t > cutoff) return false;
+    }
+    for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) {
+      if (::rmdir(d->c_str()) == 0 || errno == ENOENT) continue;
+      if (errno == ENOTEMPTY || errno == EEXIST) return false;
+      return SysError("rmdir", *d);
+    }
+    STOKER_RETURN_IF_ERROR(SyncDir(ParentOf(path)));
+    return true;
+  }
+
  private:
   // The file system SyncDeferred() syncs: the root's, opened on the first
   // deferred Put, before its writes (syncfs reports the writeback errors
@@ -671,6 +704,12 @@ class PosixStore final : public Store {
       ::unlink(tmp.c_str());
       direct = false;
       fd = open_tmp(false);
+    }
+    if (fd < 0 && errno == ENOENT) {
+      // The folder was removed since EnsureDir, as an empty leftover
+      // (RemoveEmptyFolder, by another process): make it again.
+      STOKER_RETURN_IF_ERROR(EnsureDir(dir, key));
+      fd = open_tmp(direct);
     }
     if (fd < 0) return SysError("open", tmp).WithContext("put " + Quote(key));
 

@@ -124,13 +124,7 @@ class ThreadQueueCore final : public IoThreadPool::Client {
   // Waits for `min` ready completions or the deadline; moves all ready ones.
   size_t Take(size_t min, Deadline deadline, std::vector<ReadCompletion>* out) {
     std::unique_lock lock(mu_);
-    auto enough = [&] { return ready_.size() >= min; };
-    if (deadline == Deadline::max()) {
-      cv_.wait(lock, enough);
-    } else {
-      cv_.wait_until(lock, deadline, enough);
-    }
-    return store_internal::MoveCompletions(ready_, out);
+    return store_internal::TakeReady(lock, cv_, ready_, min, deadline, out);
   }
 
   // Drops requests not yet started and waits for the running ones, which
@@ -173,10 +167,8 @@ class ThreadReadQueue final : public ReadQueue {
 
   Result<size_t> Wait(size_t min_completions, Deadline deadline,
                       std::vector<ReadCompletion>* out) override {
-    if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
-    const size_t min = std::min(min_completions, outstanding_);
-    const size_t n = core_->Take(min, deadline, out);
-    return store_internal::EndWait(n, min, &outstanding_, "read queue");
+    return store_internal::WaitOn(*core_, min_completions, deadline, out, &outstanding_,
+                                  "read queue");
   }
 
   size_t Outstanding() const override { return outstanding_; }

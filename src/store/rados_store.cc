@@ -505,13 +505,7 @@ class QueueCore final : public std::enable_shared_from_this<QueueCore> {
     size_t n;
     {
       std::unique_lock lock(mu_);
-      auto enough = [&] { return ready_.size() >= min; };
-      if (deadline == Deadline::max()) {
-        cv_.wait(lock, enough);
-      } else {
-        cv_.wait_until(lock, deadline, enough);
-      }
-      n = store_internal::MoveCompletions(ready_, out);
+      n = store_internal::TakeReady(lock, cv_, ready_, min, deadline, out);
       finished.swap(finished_);
     }
     for (rados_completion_t c : finished) rados_aio_release(c);
@@ -649,11 +643,8 @@ class RadosReadQueue final : public ReadQueue {
 
   Result<size_t> Wait(size_t min_completions, Deadline deadline,
                       std::vector<ReadCompletion>* out) override {
-    if (out == nullptr) return InvalidArgument("ReadQueue::Wait: out is null");
-    const size_t min = std::min(min_completions, outstanding_);
-    const size_t n = core_->Take(min, deadline, out);
-    return store_internal::EndWait(n, min, &outstanding_,
-                                   "read queue on rados://" + cluster_->pool);
+    return store_internal::WaitOn(*core_, min_completions, deadline, out, &outstanding_,
+                                  "read queue on rados://" + cluster_->pool);
   }
 
   size_t Outstanding() const override { return outstanding_; }

@@ -29,17 +29,57 @@ bool RetryAfterSleep(const RetryOptions& o, const Status& st, uint32_t retry, De
   return true;
 }
 
+const Status& StatusOf(const Status& s) { return s; }
+template <typename T>
+const Status& StatusOf(const Result<T>& r) {
+  return r.status();
+}
+
+// A retryable error that remained after `retries` retries, saying so.
+Status AfterAttempts(const Status& st, uint32_t retries) {
+  if (st.ok() || !st.retryable() || retries == 0) return st;
+  return Status(st.code(), st.message() + " (after " + std::to_string(retries + 1) + " attempts)",
+                true);
+}
+
 // Calls `attempt` until it succeeds, fails for good, or the retries or the
 // deadline run out.
 template <typename F>
 auto WithRetries(const RetryOptions& o, F attempt) -> decltype(attempt()) {
   const Deadline first = Clock::now();
   auto r = attempt();
-  for (uint32_t retry = 1; !r.ok() && RetryAfterSleep(o, r.status(), retry, first); ++retry) {
+  uint32_t retry = 1;
+  for (; !r.ok() && RetryAfterSleep(o, StatusOf(r), retry, first); ++retry) {
     r = attempt();
   }
-  return r;
+  if (r.ok() || retry == 1) return r;
+  return AfterAttempts(StatusOf(r), retry - 1);
 }
+
+// `see`, shown each byte of the object once over all attempts of a retried
+// PutObserved*: an attempt shows it only the bytes past those an earlier
+// attempt reached (the bytes are the same each time).
+class ObserverOnce {
+ public:
+  explicit ObserverOnce(const Store::PutObserver& see) : see_(see) {}
+  // The observer for the next attempt.
+  Store::PutObserver Attempt() {
+    at_ = 0;
+    return [this](std::span<const std::byte> piece) {
+      const uint64_t skip = shown_ > at_ ? shown_ - at_ : 0;
+      at_ += piece.size();
+      if (skip < piece.size()) {
+        see_(piece.subspan(skip));
+        shown_ = at_;
+      }
+    };
+  }
+
+ private:
+  const Store::PutObserver& see_;
+  uint64_t shown_ = 0;  // over all attempts
+  uint64_t at_ = 0;     // in this attempt
+};
 
 class RetryingObjectReader final : public ObjectReader {
  public:
@@ -157,6 +197,7 @@ class RetryingReadQueue final : public ReadQueue {
       }
     }
     c.tag = p.request.tag;
+    c.status = AfterAttempts(c.status, p.retries);
     pending_.erase(it);
     done_.push_back(std::move(c));
   }
@@ -189,6 +230,36 @@ Result<std::unique_ptr<ObjectReader>> RetryingStore::OpenReader(std::string_view
   STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> inner,
                           WithRetries(options_, [&] { return target()->OpenReader(key); }));
   return std::unique_ptr<ObjectReader>(new RetryingObjectReader(std::move(inner), options_));
+}
+
+Status RetryingStore::Put(std::string_view key, std::span<const std::byte> data) {
+  if (!options_.writes) return target()->Put(key, data);
+  return WithRetries(options_, [&] { return target()->Put(key, data); });
+}
+
+Status RetryingStore::PutObserved(std::string_view key, std::span<const std::byte> data,
+                                  const PutObserver& see) {
+  if (!options_.writes) return target()->PutObserved(key, data, see);
+  ObserverOnce once(see);
+  return WithRetries(options_, [&] { return target()->PutObserved(key, data, once.Attempt()); });
+}
+
+Status RetryingStore::PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
+                                          const PutObserver& see) {
+  if (!options_.writes) return target()->PutObservedDeferred(key, data, see);
+  ObserverOnce once(see);
+  return WithRetries(options_,
+                     [&] { return target()->PutObservedDeferred(key, data, once.Attempt()); });
+}
+
+Status RetryingStore::Create(std::string_view key, std::span<const std::byte> data) {
+  if (!options_.writes) return target()->Create(key, data);
+  return WithRetries(options_, [&] { return target()->Create(key, data); });
+}
+
+Status RetryingStore::CreateDeferred(std::string_view key, std::span<const std::byte> data) {
+  if (!options_.writes) return target()->CreateDeferred(key, data);
+  return WithRetries(options_, [&] { return target()->CreateDeferred(key, data); });
 }
 
 }  // namespace stoker

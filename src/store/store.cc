@@ -64,6 +64,18 @@ size_t MoveCompletions(std::vector<ReadCompletion>& ready, std::vector<ReadCompl
   return n;
 }
 
+size_t TakeReady(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                 std::vector<ReadCompletion>& ready, size_t min, Deadline deadline,
+                 std::vector<ReadCompletion>* out) {
+  auto enough = [&] { return ready.size() >= min; };
+  if (deadline == Deadline::max()) {
+    cv.wait(lock, enough);
+  } else {
+    cv.wait_until(lock, deadline, enough);
+  }
+  return MoveCompletions(ready, out);
+}
+
 Result<size_t> EndWait(size_t n, size_t min, size_t* outstanding, std::string_view queue) {
   *outstanding -= n;
   if (n < min) {
@@ -169,6 +181,13 @@ Status Store::RemoveFolder(std::string_view folder) {
     if (!s.ok() && s.code() != Code::kNotFound) return s;
   }
   return Status::Ok();
+}
+
+Result<bool> Store::RemoveEmptyFolder(std::string_view folder, std::chrono::seconds) {
+  STOKER_RETURN_IF_ERROR(store_internal::ValidateFolder(folder));
+  STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, List(folder));
+  if (!objects.empty()) return false;
+  return NotFound("no folder " + Quote(folder) + " at " + uri());
 }
 
 Status Store::Create(std::string_view key, std::span<const std::byte>) {

@@ -1,9 +1,9 @@
+// VerifyDataset: see stoker/dataset.h.
 #include <memory>
 #include <vector>
 
 #include "core/aligned_memory.h"
 #include "stoker/dataset.h"
-#include "stoker/loader.h"
 
 namespace stoker {
 
