@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt_state.h"
 #include "stoker/checkpoint.h"
 #include "stoker/dataset.h"
 #include "stoker/format.h"
@@ -860,22 +861,24 @@ class CheckpointerHandle {
     return d;
   }
 
-  // Restores tensors straight into caller memory: `dst` is (name, address,
-  // nbytes) of memory the Python caller keeps alive and does not touch for
-  // the call (a CPU torch tensor's storage, a numpy array's data), exactly
-  // the tensor's size. Returns the manifest.
-  py::dict RestoreInto(const std::string& name, uint32_t rank, uint32_t world_size,
-                       const std::vector<std::tuple<std::string, uintptr_t, size_t>>& dst) {
-    RestoreOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
-    std::vector<TensorDestination> d;
-    d.reserve(dst.size());
-    for (const auto& [tensor, address, nbytes] : dst) {
-      d.push_back({tensor, {reinterpret_cast<std::byte*>(address), nbytes}});
-    }
-    return CheckpointManifestDict(
-        Unwrap(Run([&](Checkpointer& c) { return c.RestoreInto(name, d, o); })));
+  // stoker.save's state, walked by _encode_state (ckpt_state.cc).
+  void SaveState(const std::string& name, const PyEncodedState& state, const SaveOptions& options) {
+    Check(Run([&](Checkpointer& c) { return c.Save(name, state.encoded.tensors, options); }));
+  }
+
+  SaveHandleWrapper SaveStateAsync(const std::string& name, const PyEncodedState& state,
+                                   const SaveOptions& options) {
+    return SaveHandleWrapper(Unwrap(
+        Run([&](Checkpointer& c) { return c.SaveAsync(name, state.encoded.tensors, options); })));
+  }
+
+  // stoker.load, one call: see LoadPyState.
+  py::object LoadState(const std::string& name, const StateLoadOptions& options, py::object device,
+                       py::object into) {
+    PyLoadArgs args{name, options, std::move(device), std::move(into), uri_};
+    return LoadPyState(
+        [this](const std::function<Result<LoadedState>(Checkpointer&)>& f) { return Run(f); },
+        args);
   }
 
   py::dict ReadManifest(const std::string& name) {
@@ -977,6 +980,9 @@ std::unique_ptr<CheckpointerHandle> MakeCheckpointer(const std::string& uri, uin
 // ---- end of checkpoints -----------------------------------------------------
 
 }  // namespace
+
+[[noreturn]] void ThrowStatus(const Status& s) { Throw(s); }
+
 }  // namespace stoker::python
 
 // ---- metrics (stoker.metrics is the Python side) ----
@@ -1158,6 +1164,18 @@ PYBIND11_MODULE(_stoker, m) {
   m.attr("DEFAULT_CHUNK_BYTES") = st::kDefaultChunkBytes;
   m.attr("MAX_TENSOR_NAME_BYTES") = st::kMaxTensorNameBytes;
   m.attr("MAX_DECODE_SIDE") = st::kMaxDecodeSide;
+  py::class_<st::StateLoadOptions>(m, "_StateLoadOptions")
+      .def(py::init<>())
+      .def_readwrite("rank", &st::StateLoadOptions::rank)
+      .def_readwrite("world_size", &st::StateLoadOptions::world_size)
+      .def_readwrite("any_world_if_single", &st::StateLoadOptions::any_world_if_single)
+      .def_readwrite("all_ranks", &st::StateLoadOptions::all_ranks);
+  py::class_<PyEncodedState, std::shared_ptr<PyEncodedState>>(m, "_EncodedState")
+      .def_property_readonly("nbytes", [](const PyEncodedState& s) {
+        return s.encoded.tensor_bytes + s.encoded.document.size();
+      });
+  m.def("_encode_state", &EncodePyState, py::arg("state"),
+        "A state's tensors and structure document (docs/checkpoint.md §8), for save_state.");
   py::class_<SaveHandleWrapper>(m, "_SaveHandle")
       .def("done", &SaveHandleWrapper::Done)
       .def("wait", &SaveHandleWrapper::Wait, py::arg("timeout_s") = py::none())
@@ -1172,8 +1190,12 @@ PYBIND11_MODULE(_stoker, m) {
            py::arg("options"))
       .def("restore", &CheckpointerHandle::Restore, py::arg("name"), py::arg("rank"),
            py::arg("world_size"), py::arg("all_ranks"), py::arg("only"))
-      .def("restore_into", &CheckpointerHandle::RestoreInto, py::arg("name"), py::arg("rank"),
-           py::arg("world_size"), py::arg("dst"))
+      .def("save_state", &CheckpointerHandle::SaveState, py::arg("name"), py::arg("state"),
+           py::arg("options"))
+      .def("save_state_async", &CheckpointerHandle::SaveStateAsync, py::arg("name"),
+           py::arg("state"), py::arg("options"))
+      .def("load_state", &CheckpointerHandle::LoadState, py::arg("name"), py::arg("options"),
+           py::arg("device"), py::arg("into"))
       .def("read_manifest", &CheckpointerHandle::ReadManifest, py::arg("name"))
       .def("list", &CheckpointerHandle::List)
       .def("latest", &CheckpointerHandle::Latest)

@@ -12,70 +12,47 @@ torch.save and torch.load.
 
 A checkpoint root (a directory, ``file:///...`` or ``rados://POOL/PREFIX``)
 holds checkpoints by name and a ``latest`` pointer moved only after a commit
-(docs/checkpoint.md). What is stored:
+(docs/checkpoint.md). What is stored: every tensor's bytes (CPU tensors read
+in place, CUDA ones copied to the host first; numpy arrays too, and they come
+back as numpy arrays; tied tensors once, and they come back tied), and the
+rest of the structure exactly (dicts with any keys, OrderedDicts, lists,
+tuples, None, bool, int, float, complex, str, bytes, torch dtypes, devices
+and Sizes, numpy scalars) as the structure document of docs/checkpoint.md
+§8, which `stoker ckpt show` prints. Anything else raises TypeError naming
+its key path, e.g. ``state['sched']['fn']``. Tensor names are the dotted key
+paths (``optim.state.0.exp_avg``), made unique where two would collide. The
+walk, the names and the document are C++'s (python/ckpt_state.cc over
+EncodeState and LoadState in stoker/checkpoint.h); this module converts.
 
-- every tensor's bytes, as a named tensor of the checkpoint: CPU tensors are
-  handed to C++ as pointers into their storage (no copy in Python); CUDA
-  tensors are copied to the host first, non-contiguous ones made contiguous.
-  numpy arrays are stored the same way and come back as numpy arrays.
-  Tensors that are the same view of the same memory (tied weights) are
-  stored once and come back as one tensor;
-- the rest of the structure, exactly: dicts with any keys (int keys of
-  optimizer states stay ints), OrderedDicts, lists, tuples, None, bool, int,
-  float (nan and inf too), complex, str, bytes, torch.dtype, torch.device,
-  torch.Size and numpy scalars, as a JSON document stored with each rank's
-  tensors (a uint8 tensor named ``stoker:structure``). Anything else raises
-  TypeError naming its key path, e.g. ``state['sched']['fn']``.
+``load`` returns the same structure; its tensors share the memory the
+checkpoint was restored into (one buffer per load), on the CPU unless
+``map_location`` says where. A checkpoint written by the C++ API without a
+structure loads as a flat dict of its tensors.
 
-Tensor names are the dotted key paths (``model.layer1.weight``,
-``optim.state.0.exp_avg``), made unique where two paths would collide.
+Many ranks: every rank calls ``save`` with its own state and the same name
+(``name`` or ``step``); the checkpoint commits when every rank's part is
+durable. Rank and world size come from the environment as for stoker.Loader.
+Where only rank 0 saves a replicated state, pass ``rank=0, world_size=1``.
+``load`` restores this rank's part and checks the job's world size, except
+that a one-rank checkpoint loads in a job of any size when rank and
+world_size are not given; ``all_ranks=True`` returns a list by rank.
 
-``load`` returns the same structure. Its tensors share the memory the
-checkpoint was restored into (no copy: one buffer per load, freed when the
-last of its tensors goes), on the CPU unless ``map_location`` says where.
-A checkpoint written without this module (the C++ API) loads as a flat dict
-of its tensors.
+Asynchronous saves (``async_=True``) copy the tensors into the Checkpointer's
+staging area before ``save`` returns and write in the background; the
+SaveHandle tells how it ended. The module keeps one Checkpointer per root
+(stoker.checkpoint.release() closes them). At exit pending saves are waited
+for, and a failure nobody asked about is printed on stderr.
 
-Many ranks: every rank calls ``save`` with its own state dict and the same
-name (give ``name`` or ``step``); the checkpoint commits when every rank's
-part is durable. Rank and world size come from the environment as for
-stoker.Loader (torchrun, mpirun, MPICH, Slurm). In a data-parallel job where
-only rank 0 saves the (replicated) state, pass ``rank=0, world_size=1`` to
-save, or the save waits for parts that never come. ``load`` restores this
-rank's part, and checks that the job has the checkpoint's world size (an
-error naming both otherwise), except that a checkpoint saved by one rank
-loads in a job of any size when rank and world_size are not given (every
-rank gets the same state, as with torch.load); ``all_ranks=True`` returns
-every rank's state, in a list indexed by rank, for a re-shard.
-
-Asynchronous saves (``async_=True``) copy the tensors into a staging area in
-host memory before ``save`` returns, so the caller may change them right
-after; the writing goes on in the background and the returned SaveHandle
-tells how it ended. The staging area belongs to the root's Checkpointer and
-is reused by the next save: the module keeps one Checkpointer per root
-for stoker.save/stoker.load (stoker.checkpoint.release() closes them and
-frees their staging areas), or make your own (stoker.Checkpointer). A save
-waits for the previous asynchronous save of its Checkpointer to finish
-writing. At exit, pending saves are waited for, and a failure nobody asked
-the handle about is printed on stderr.
-
-Errors are stoker errors (stoker.errors) with the C++ message: e.g.
-stoker.CorruptionError naming the chunk and its tensors when a checksum does
-not match, stoker.NotFoundError when there is no checkpoint.
+Errors are stoker errors (stoker.errors) with the C++ message.
 """
 
 import atexit
-import base64
-import collections
 import collections.abc
 import json
-import math
 import os
 import sys
 import threading
 import weakref
-
-import numpy as np
 
 from . import _stoker
 from . import metrics as _metrics
@@ -84,432 +61,19 @@ from .loader import _bool, _int, _seconds, _store_options, distributed_env
 
 __all__ = ["save", "load", "release", "Checkpointer", "SaveHandle"]
 
-_U32 = 2**32 - 1
 _U64 = 2**64 - 1
-_DEFAULT_CHUNK_BYTES = _stoker.DEFAULT_CHUNK_BYTES  # SaveOptions::chunk_bytes
-_STRUCTURE = "stoker:structure"  # the uint8 tensor holding a rank's structure
-_STRUCTURE_FORMAT = "stoker.python.state"
-_STRUCTURE_VERSION = 1
-_MAX_TENSOR_NAME = _stoker.MAX_TENSOR_NAME_BYTES  # UTF-8 (docs/checkpoint.md §3.1)
-
-# numpy dtypes by checkpoint dtype name (docs/checkpoint.md §3.3); bfloat16
-# and float8 have none.
-_NUMPY_DTYPES = {
-    name: np.dtype(name)
-    for name in ("bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64",
-                 "uint64", "float16", "float32", "float64", "complex64", "complex128")
-}
-_NUMPY_NAMES = {dtype: name for name, dtype in _NUMPY_DTYPES.items()}
-
-_torch_dtypes = None  # checkpoint dtype name -> torch dtype, for this torch
-
-
-def _torch():
-    """torch, imported when a checkpoint needs it (numpy-only states do not)."""
-    import torch
-
-    global _torch_dtypes
-    if _torch_dtypes is None:
-        names = ("bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                 "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-                 "float8_e4m3fn", "float8_e5m2")
-        # uint16/32/64 and float8 only exist in newer torch.
-        _torch_dtypes = {n: getattr(torch, n) for n in names if hasattr(torch, n)}
-        _torch_names.update({d: n for n, d in _torch_dtypes.items()})
-    return torch
-
-
-_torch_names = {}  # the inverse
-
-
-def _torch_dtype_name(dtype):
-    return _torch_names.get(dtype)
-
-
-# ---- the structure ----------------------------------------------------------------
-#
-# JSON, read only by this module. null, true/false, numbers, strings and
-# arrays are themselves (arrays are lists); every JSON object is a tag with
-# one key that says what it stands for:
-#   {"tensor": NAME} [+ "requires_grad": true]   {"parameter": NAME, "requires_grad": b}
-#   {"ndarray": NAME}   {"dict": [[K, V], ...]}   {"odict": [[K, V], ...]}
-#   {"tuple": [...]}    {"size": [...]}           {"float": "nan"|"inf"|"-inf"}
-#   {"complex": [RE, IM]}   {"bytes": BASE64}     {"dtype": "float32"}
-#   {"device": "cuda:0"}    {"np": [DTYPE, VALUE]}
-
-
-class _Flattener:
-    """Walks a state: collects its tensors (as C++ TensorArgs) and encodes the rest."""
-
-    def __init__(self, root_name):
-        self.root_name = root_name
-        self.tensors = []  # (name, dtype, shape, address, nbytes)
-        self.keep = []     # what the addresses point into, alive until C++ has read it
-        self.names = {_STRUCTURE}
-        self.views = {}    # (device, address, dtype, shape, stride) -> name: tied tensors
-        self.active = set()  # ids of the containers being walked (cycles)
-        # A state holds tensors only if torch is loaded.
-        self.torch = _torch() if "torch" in sys.modules else None
-
-    def encode(self, value, path, where):
-        t = type(value)
-        if value is None or t is bool or t is str or t is int:
-            return value
-        if t is float:
-            return value if math.isfinite(value) else {"float": repr(value)}
-        torch = self.torch
-        if torch is not None:
-            if isinstance(value, torch.Tensor):
-                return self._tensor(value, path, where)
-            if t is torch.Size:
-                return {"size": list(value)}
-            if t is torch.dtype:
-                name = _torch_dtype_name(value)
-                if name is None:
-                    raise TypeError(f"{where} is {value}, a torch dtype a checkpoint does not "
-                                    "store")
-                return {"dtype": name}
-            if t is torch.device:
-                return {"device": str(value)}
-        if t in (dict, collections.OrderedDict, list, tuple):
-            return self._container(value, path, where)
-        if t is complex:
-            return {"complex": [self.encode(value.real, path, where),
-                                self.encode(value.imag, path, where)]}
-        if t is bytes:
-            return {"bytes": base64.b64encode(value).decode("ascii")}
-        if isinstance(value, np.ndarray) and t in (np.ndarray, np.memmap):
-            return self._ndarray(value, path, where)
-        if isinstance(value, np.generic) and value.dtype in _NUMPY_NAMES:
-            return {"np": [_NUMPY_NAMES[value.dtype], self.encode(value.item(), path, where)]}
-        raise TypeError(
-            f"cannot save {where}: a {t.__module__}.{t.__qualname__}, which a stoker "
-            "checkpoint does not store (it stores tensors, numpy arrays, dicts, lists, "
-            "tuples, None, bool, int, float, complex, str, bytes, torch dtypes and devices)")
-
-    def _container(self, value, path, where):
-        if id(value) in self.active:
-            raise TypeError(f"cannot save {where}: it contains itself")
-        self.active.add(id(value))
-        try:
-            if isinstance(value, dict):
-                items = []
-                for k, v in value.items():
-                    key = self._key(k, where)
-                    items.append([key, self.encode(v, path + [_path_part(k)], f"{where}[{k!r}]")])
-                return {"odict" if type(value) is collections.OrderedDict else "dict": items}
-            items = [self.encode(v, path + [str(i)], f"{where}[{i}]")
-                     for i, v in enumerate(value)]
-            return items if type(value) is list else {"tuple": items}
-        finally:
-            self.active.discard(id(value))
-
-    def _key(self, k, where):
-        torch = self.torch
-        if (torch is not None and isinstance(k, torch.Tensor)) or isinstance(k, np.ndarray):
-            raise TypeError(f"cannot save {where}: a tensor as a dict key")
-        return self.encode(k, [], f"a key of {where}")
-
-    def _tensor(self, value, path, where):
-        torch = self.torch
-        if value.layout != torch.strided:
-            raise TypeError(f"cannot save {where}: a {value.layout} tensor (only dense ones)")
-        if value.is_quantized or value.device.type == "meta":
-            raise TypeError(f"cannot save {where}: a "
-                            f"{'quantized' if value.is_quantized else 'meta'} tensor")
-        dtype = _torch_dtype_name(value.dtype)
-        if dtype is None:
-            raise TypeError(f"cannot save {where}: dtype {value.dtype} has no checkpoint type")
-        tag = "parameter" if isinstance(value, torch.nn.Parameter) else "tensor"
-        view = None
-        if value.numel() > 0:
-            view = (str(value.device), value.data_ptr(), value.dtype, tuple(value.shape),
-                    value.stride())
-        name = self.views.get(view) if view else None
-        if name is None:
-            t = value.detach()
-            if t.device.type != "cpu":
-                t = t.to("cpu")
-            if t.is_conj():
-                t = t.resolve_conj()
-            if t.is_neg():
-                t = t.resolve_neg()
-            if not t.is_contiguous():
-                t = t.contiguous()
-            name = self._name(path)
-            if view:
-                self.views[view] = name
-            self.keep.append(t)
-            self.tensors.append((name, dtype, list(t.shape), t.data_ptr(),
-                                 t.numel() * t.element_size()))
-        if tag == "parameter":
-            return {"parameter": name, "requires_grad": bool(value.requires_grad)}
-        if value.requires_grad:
-            return {"tensor": name, "requires_grad": True}
-        return {"tensor": name}
-
-    def _ndarray(self, value, path, where):
-        if value.dtype not in _NUMPY_NAMES and not (
-                value.dtype.newbyteorder("=") in _NUMPY_NAMES):
-            raise TypeError(f"cannot save {where}: a numpy array of {value.dtype}")
-        a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("="))
-        name = self._name(path)
-        self.keep.append(a)
-        self.tensors.append((name, _NUMPY_NAMES[a.dtype], list(a.shape),
-                             a.__array_interface__["data"][0], a.nbytes))
-        return {"ndarray": name}
-
-    def _name(self, path):
-        """The dotted key path, made a valid unique tensor name."""
-        base = ".".join(path) if path else self.root_name
-        base = "".join(c if c.isprintable() or c == " " else "?" for c in base)
-        base = base.encode("utf-8", "replace").decode("utf-8")
-        if len(base.encode("utf-8")) > _MAX_TENSOR_NAME - 16:
-            base = base.encode("utf-8")[:_MAX_TENSOR_NAME - 16].decode("utf-8", "ignore")
-        name, n = base or "tensor", 1
-        while name in self.names:
-            n += 1
-            name = f"{base}~{n}"
-        self.names.add(name)
-        return name
-
-
-def _path_part(key):
-    return key if type(key) is str else str(key) if type(key) is int else repr(key)
-
-
-def _decode(node, tensor, given=None):
-    """The structure's value; tensor(name, kind) gives the tensors, except those
-    in `given` (name -> object, load(into=...)), which are returned as they are."""
-    if type(node) is list:
-        return [_decode(v, tensor, given) for v in node]
-    if type(node) is not dict:
-        return node
-    if len(node) == 1 or "requires_grad" in node:
-        if given:
-            for tag in ("tensor", "parameter", "ndarray"):
-                if tag in node and node[tag] in given:
-                    return given[node[tag]]
-        if "tensor" in node:
-            t = tensor(node["tensor"], "tensor")
-            return t.requires_grad_(True) if node.get("requires_grad") else t
-        if "parameter" in node:
-            torch = _torch()
-            return torch.nn.Parameter(tensor(node["parameter"], "tensor"),
-                                      requires_grad=bool(node["requires_grad"]))
-        if "ndarray" in node:
-            return tensor(node["ndarray"], "ndarray")
-        if "dict" in node:
-            return {_decode(k, tensor, given): _decode(v, tensor, given) for k, v in node["dict"]}
-        if "odict" in node:
-            return collections.OrderedDict((_decode(k, tensor, given), _decode(v, tensor, given))
-                                           for k, v in node["odict"])
-        if "tuple" in node:
-            return tuple(_decode(v, tensor, given) for v in node["tuple"])
-        if "float" in node:
-            return float(node["float"])
-        if "complex" in node:
-            re_, im = node["complex"]
-            return complex(_decode(re_, tensor, given), _decode(im, tensor, given))
-        if "bytes" in node:
-            return base64.b64decode(node["bytes"])
-        if "size" in node:
-            return _torch().Size(node["size"])
-        if "dtype" in node:
-            torch = _torch()
-            if node["dtype"] not in _torch_dtypes:
-                raise TypeError(f"the checkpoint holds torch dtype {node['dtype']}, which this "
-                                f"torch ({torch.__version__}) does not have")
-            return _torch_dtypes[node["dtype"]]
-        if "device" in node:
-            return _torch().device(node["device"])
-        if "np" in node:
-            dtype, value = node["np"]
-            return _NUMPY_DTYPES[dtype].type(_decode(value, tensor, given))
-    raise ValueError(f"stoker checkpoint structure: unknown entry {json.dumps(node)[:200]}")
-
-
-def _encode_state(state):
-    f = _Flattener("state")
-    root = f.encode(state, [], "state")
-    doc = json.dumps({"format": _STRUCTURE_FORMAT, "version": _STRUCTURE_VERSION, "root": root},
-                     separators=(",", ":"), allow_nan=False).encode("utf-8")
-    structure = np.frombuffer(doc, dtype=np.uint8)
-    f.keep.append(structure)
-    f.tensors.append((_STRUCTURE, "uint8", [len(doc)], structure.__array_interface__["data"][0],
-                      len(doc)))
-    return f.tensors, f.keep
-
-
-# ---- restored tensors ----------------------------------------------------------------
-
-
-def _restored(name, dtype, shape, array, kind, device):
-    """A restored tensor (or numpy array) over `array`, uint8 bytes in the restore's memory."""
-    if kind == "ndarray" or dtype not in _torch_dtypes_or_load():
-        if dtype not in _NUMPY_DTYPES:
-            raise TypeError(f"tensor {name!r} has dtype {dtype}, which this torch "
-                            f"({_torch().__version__}) does not have")
-        # uint16/32/64 on a torch without them come back as numpy arrays.
-        a = array.view(_NUMPY_DTYPES[dtype]) if array.size else np.empty(0, _NUMPY_DTYPES[dtype])
-        return a.reshape(shape)
-    torch = _torch()
-    tdtype = _torch_dtypes[dtype]
-    if array.size == 0:  # nothing to share; a view of 0 bytes cannot change its dtype
-        t = torch.empty(shape, dtype=tdtype)
-    else:
-        t = torch.from_numpy(array)
-        if tdtype != torch.uint8:
-            t = t.view(tdtype)
-        t = t.reshape(shape)
-    return t if device is None else t.to(device)
-
-
-def _torch_dtypes_or_load():
-    if _torch_dtypes is None:
-        _torch()
-    return _torch_dtypes
-
-
-def _structure(array, where):
-    """The decoded structure document of a rank, from its uint8 array."""
-    doc = json.loads(array.tobytes())
-    if doc.get("format") != _STRUCTURE_FORMAT:
-        raise ValueError(f"{where}: tensor {_STRUCTURE!r} is not a stoker state structure")
-    if doc.get("version") != _STRUCTURE_VERSION:
-        raise ValueError(f"{where}: state structure version {doc.get('version')} is not "
-                         f"supported (this stoker reads version {_STRUCTURE_VERSION})")
-    return doc
-
-
-def _build_state(tensors, device, where, doc=None, given=None):
-    """One rank's state from its restored tensors {name: (dtype, shape, array)}
-    (and `given`, the tensors load(into=...) restored in place)."""
-    given = given or {}
-    if doc is None and _STRUCTURE not in tensors:  # not written by stoker.save: a flat dict
-        out = {name: _restored(name, *t, "tensor", device) for name, t in tensors.items()}
-        out.update(given)
-        return out
-    if doc is None:
-        doc = _structure(tensors[_STRUCTURE][2], where)
-    made = {}
-
-    def tensor(name, kind):
-        if name not in made:
-            if name not in tensors or name == _STRUCTURE:
-                raise ValueError(f"{where}: the state names tensor {name!r}, which the "
-                                 "checkpoint does not hold")
-            made[name] = _restored(name, *tensors[name], kind, device)
-        return made[name]
-
-    return _decode(doc["root"], tensor, given)
-
-
-# ---- load(into=...) -----------------------------------------------------------------
-
-
-def _into_targets(node, target, where, out):
-    """Walks a structure node beside `target`, the into= value at the same key
-    path: out[tensor name] gets (where, target) for every tensor of the
-    structure that `target` has a value for."""
-    if type(node) is list or (type(node) is dict and "tuple" in node and len(node) == 1):
-        items = node if type(node) is list else node["tuple"]
-        if isinstance(target, (list, tuple)):
-            for i, v in enumerate(items[:len(target)]):
-                _into_targets(v, target[i], f"{where}[{i}]", out)
-        return
-    if type(node) is not dict:
-        return
-    for tag in ("tensor", "parameter", "ndarray"):
-        if tag in node and (len(node) == 1 or "requires_grad" in node):
-            out.setdefault(node[tag], []).append((where, target))
-            return
-    for tag in ("dict", "odict"):
-        if tag in node and len(node) == 1:
-            if not isinstance(target, collections.abc.Mapping):
-                return
-            for k, v in node[tag]:
-                key = _decode(k, _no_tensor_keys)
-                try:
-                    present = key in target
-                except TypeError:  # an unhashable key cannot be in a dict
-                    present = False
-                if present:
-                    _into_targets(v, target[key], f"{where}[{key!r}]", out)
-            return
-
-
-def _no_tensor_keys(name, kind):
-    raise ValueError(f"stoker checkpoint structure: tensor {name!r} used as a dict key")
-
-
-def _destination(where, target, name, info):
-    """How `target` (the into= value at `where`) takes checkpoint tensor `name`:
-    "direct" (read straight into its memory: (address, nbytes)), "copy"
-    (restored, then copied in: another device, a non-contiguous view), or
-    "empty" (nothing to read). Raises naming both when they do not match."""
-    dtype, shape = info["dtype"], tuple(info["shape"])
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(target, torch.Tensor):
-        _torch()  # the dtype names
-        have = _torch_dtype_name(target.dtype)
-        if have != dtype or tuple(target.shape) != shape:
-            raise ValueError(f"load(into=...): {where} is a {target.dtype} tensor of shape "
-                             f"{list(target.shape)}, the checkpoint's tensor {name!r} is "
-                             f"{dtype} of shape {list(shape)}")
-        if target.numel() == 0:
-            return "empty", None
-        if (target.device.type == "cpu" and target.is_contiguous() and not target.is_conj()
-                and not target.is_neg() and target.layout == torch.strided):
-            return "direct", (target.data_ptr(), target.numel() * target.element_size())
-        return "copy", None
-    if isinstance(target, np.ndarray):
-        have = _NUMPY_NAMES.get(target.dtype)
-        if have != dtype or target.shape != shape:
-            raise ValueError(f"load(into=...): {where} is a numpy array of {target.dtype} and "
-                             f"shape {list(target.shape)}, the checkpoint's tensor {name!r} is "
-                             f"{dtype} of shape {list(shape)}")
-        if not target.flags.writeable:
-            raise ValueError(f"load(into=...): {where} is a read-only numpy array")
-        if target.size == 0:
-            return "empty", None
-        if target.flags.c_contiguous:
-            return "direct", (target.__array_interface__["data"][0], target.nbytes)
-        return "copy", None
-    raise TypeError(f"load(into=...): {where} is a {type(target).__name__}, where the "
-                    f"checkpoint holds tensor {name!r} ({dtype} of shape {list(shape)})")
-
-
-def _same_memory(a, b):
-    """Whether two destinations are the same view of the same memory (tied weights)."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
-                and a.__array_interface__ == b.__array_interface__)
-    return (a.device == b.device and a.data_ptr() == b.data_ptr() and a.dtype == b.dtype
-            and a.shape == b.shape and a.stride() == b.stride())
-
-
-def _copy_into(dest, src):
-    if isinstance(dest, np.ndarray):
-        np.copyto(dest, src if isinstance(src, np.ndarray) else src.numpy())
-        return
-    torch = _torch()
-    with torch.no_grad():
-        dest.copy_(src if isinstance(src, torch.Tensor) else torch.from_numpy(src))
 
 
 def _device(map_location):
     if map_location is None:
         return None
-    torch = _torch()
+    import torch
+
     if isinstance(map_location, (str, torch.device)):
         device = torch.device(map_location)
         return None if device.type == "cpu" else device
     raise TypeError("map_location must be None, a device string like 'cuda:0' or a "
                     f"torch.device, not {type(map_location).__name__}")
-
-
-# ---- handles and checkpointers ---------------------------------------------------
 
 
 class SaveHandle:
@@ -650,30 +214,31 @@ class Checkpointer:
             raise TypeError(f"metadata must be JSON-serialisable (it goes in the manifest): "
                             f"{e}") from None
         keep_last = 0 if keep_last is None else _int("keep_last", keep_last, 1)
-        chunk_bytes = (_DEFAULT_CHUNK_BYTES if chunk_bytes is None
-                       else _int("chunk_bytes", chunk_bytes, 1, _U64))
+        chunk_bytes = None if chunk_bytes is None else _int("chunk_bytes", chunk_bytes, 1, _U64)
         if not isinstance(attempt, str):
             raise TypeError(f"attempt must be a str, not {type(attempt).__name__}")
-        options = _stoker._SaveOptions()
-        options.rank, options.world_size, options.chunk_bytes = rank, world_size, chunk_bytes
-        options.metadata_json, options.keep_last, options.attempt = metadata_json, keep_last, attempt
+        options = _stoker._SaveOptions(rank=rank, world_size=world_size,
+                                       metadata_json=metadata_json, keep_last=keep_last,
+                                       attempt=attempt)
+        if chunk_bytes is not None:  # else SaveOptions' default
+            options.chunk_bytes = chunk_bytes
         options.commit_timeout_s = _seconds("commit_timeout", commit_timeout)
         async_ = _bool("async_", async_)
         started = _metrics._save_started()  # the stall counts the flattening too
-        tensors, keep = _encode_state(state_dict)
-        nbytes = _metrics._tensor_bytes(tensors)
+        state = _stoker._encode_state(state_dict)
+        nbytes = state.nbytes
         with self._lock:
             name = self._name(impl, name, step, world_size, where)
         try:
             if not async_:
-                impl.save(name, tensors, options)
+                impl.save_state(name, state, options)
             else:
-                handle = impl.save_async(name, tensors, options)
+                handle = impl.save_state_async(name, state, options)
         except BaseException:
             _metrics._save_stalled(started)
             _metrics._save_ended(started, nbytes, ok=False)
             raise
-        del keep  # C++ has read the tensors (async: copied into the staging area)
+        del state  # C++ has read the tensors (async: copied into the staging area)
         _metrics._save_stalled(started)
         if not async_:
             _metrics._save_ended(started, nbytes, ok=True)
@@ -710,99 +275,13 @@ class Checkpointer:
         if into is not None and device is not None:
             raise ValueError("load(into=...) restores into the tensors where they are; "
                              "map_location does not apply")
-        implicit = rank is None and world_size is None
-        rank, world_size, where = _rank_world(rank, world_size)
-        if into is not None:
-            manifest = impl.read_manifest(name)
-            name = manifest["name"]  # not "latest", which may move before the restore
-            if implicit and world_size > 1 and manifest["world_size"] == 1:
-                check_world, rank = 0, 0
-            else:
-                check_world = world_size
-            return self._load_into(impl, manifest, rank, check_world, into)
-        if all_ranks:
-            check_world = 0
-        elif implicit and world_size > 1:
-            # A checkpoint of one rank loads in a job of any size (replicated state).
-            manifest = impl.read_manifest(name)
-            name = manifest["name"]  # not "latest", which may move before the restore
-            check_world, rank = (0, 0) if manifest["world_size"] == 1 else (world_size, rank)
-        else:
-            check_world = world_size
-        restored = impl.restore(name, rank=rank, world_size=check_world, all_ranks=all_ranks,
-                                only=[])
-        manifest = restored["manifest"]
-        by_rank = {}
-        for tname, dtype, shape, trank, array, _address in restored["tensors"]:
-            by_rank.setdefault(trank, {})[tname] = (dtype, shape, array)
-        where = f"{self.uri}: checkpoint {manifest['name']}"
-        if all_ranks:
-            return [_build_state(by_rank.get(r, {}), device, f"{where} rank {r}")
-                    for r in range(manifest["world_size"])]
-        return _build_state(by_rank.get(rank, {}), device, where)
-
-    def _load_into(self, impl, manifest, rank, check_world, into):
-        name = manifest["name"]
-        where = f"{self.uri}: checkpoint {name}"
-        part = next((r for r in manifest["ranks"] if r["rank"] == rank), None)
-        if part is None:  # raises the C++ error naming the rank and world sizes
-            impl.restore(name, rank=rank, world_size=check_world, all_ranks=False, only=[])
-            return {}
-        infos = {t["name"]: t for t in part["tensors"]}
-        doc = None
-        if _STRUCTURE in infos:
-            got = impl.restore(name, rank=rank, world_size=check_world, all_ranks=False,
-                               only=[_STRUCTURE])
-            doc = _structure(got["tensors"][0][4], where)
-            targets = {}
-            _into_targets(doc["root"], into, "into", targets)
-        elif isinstance(into, collections.abc.Mapping):
-            # Written by the C++ API: a flat dict of tensors by name.
-            targets = {k: [(f"into[{k!r}]", v)] for k, v in into.items()
-                       if isinstance(k, str) and k in infos}
-        else:
-            targets = {}
-        if infos and not targets:
-            raise ValueError(f"{where}: load(into=...) found none of the checkpoint's tensors "
-                             f"at the same key paths in `into` (a {type(into).__name__}); "
-                             "its state has the structure stoker.load returns")
-        # Each checkpoint tensor: the first destination that can take it
-        # directly is read into; every other destination is copied from it.
-        direct, direct_dst, copies, given = [], {}, [], {}
-        for tname, dests in targets.items():
-            info = infos.get(tname)
-            if info is None:
-                raise ValueError(f"{where}: the state names tensor {tname!r}, which the "
-                                 "checkpoint does not hold")
-            for dwhere, target in dests:
-                how, span = _destination(dwhere, target, tname, info)
-                if how == "direct" and tname not in direct_dst:
-                    direct.append((tname, span[0], span[1]))
-                    direct_dst[tname] = target
-                elif how != "empty":
-                    copies.append((tname, target))
-            given[tname] = direct_dst.get(tname, dests[0][1])
-        if direct:  # check_world: the C++ side checks world size and rank
-            impl.restore_into(name, rank, check_world, direct)
-        rest = [n for n in infos if n != _STRUCTURE and n not in direct_dst]
-        restored = {}
-        if rest:
-            got = impl.restore(name, rank=rank, world_size=check_world, all_ranks=False,
-                               only=rest)
-            restored = {t[0]: (t[1], t[2], t[4]) for t in got["tensors"]}
-        made = {}
-        for tname, target in copies:
-            if tname in direct_dst:
-                if not _same_memory(target, direct_dst[tname]):
-                    _copy_into(target, direct_dst[tname])
-                continue
-            if tname not in made:
-                made[tname] = _restored(tname, *restored[tname],
-                                        "ndarray" if isinstance(target, np.ndarray) else "tensor",
-                                        None)
-            _copy_into(target, made[tname])
-        others = {n: t for n, t in restored.items() if n not in given}
-        return _build_state(others, None, where, doc=doc, given=given)
+        options = _stoker._StateLoadOptions()
+        # A checkpoint of one rank loads in a job of any size (replicated state).
+        options.any_world_if_single = rank is None and world_size is None
+        options.rank, world_size, _ = _rank_world(rank, world_size)
+        options.world_size = 0 if all_ranks else world_size
+        options.all_ranks = all_ranks
+        return impl.load_state(name, options, device, into)
 
     # -- the rest --
 
