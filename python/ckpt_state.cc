@@ -276,7 +276,7 @@ class Decoder {
         py::dict d;
         for (size_t i = 0; i + 1 < v.items.size(); i += 2)
           d[Value(v.items[i])] = Value(v.items[i + 1]);
-        if (v.kind == Kind::kDict) return std::move(d);
+        if (v.kind == Kind::kDict) return d;
         py::list pairs;
         for (auto [k, x] : d) pairs.append(py::make_tuple(k, x));
         return py::module_::import("collections").attr("OrderedDict")(pairs);
@@ -543,7 +543,33 @@ std::shared_ptr<PyEncodedState> EncodePyState(py::handle state) {
   return out;
 }
 
-py::object LoadPyState(const LoadRunner& run, const PyLoadArgs& a) {
+// map_location as a torch.device, or None for the CPU (no move).
+py::object Device(py::handle map_location) {
+  if (map_location.is_none()) return py::none();
+  py::object torch = py::module_::import("torch");
+  if (!py::isinstance<py::str>(map_location) &&
+      !py::isinstance(map_location, torch.attr("device"))) {
+    throw py::type_error(
+        "map_location must be None, a device string like 'cuda:0' or a torch.device, not " +
+        Str(map_location.get_type().attr("__name__")));
+  }
+  py::object device = torch.attr("device")(map_location);
+  return Str(device.attr("type")) == "cpu" ? py::none() : device;
+}
+
+py::object LoadPyState(const LoadRunner& run, const PyLoadArgs& args) {
+  PyLoadArgs a = args;
+  a.device = Device(args.device);
+  if (!a.into.is_none() && a.options.all_ranks) {
+    throw py::value_error(
+        "load(into=...) restores this rank's part; it does not combine with "
+        "all_ranks=True");
+  }
+  if (!a.into.is_none() && !a.device.is_none()) {
+    throw py::value_error(
+        "load(into=...) restores into the tensors where they are; "
+        "map_location does not apply");
+  }
   std::optional<IntoPlan> into;
   std::exception_ptr failed;  // the plan's Python error, raised once C++ returns
   StatePlan plan;
@@ -582,7 +608,7 @@ py::object LoadPyState(const LoadRunner& run, const PyLoadArgs& a) {
     Decoder of_rank(owner, a.device, where);  // tensor names repeat across ranks
     out.append(it == r->ranks.end() ? py::dict() : of_rank.Value(r->roots[it - r->ranks.begin()]));
   }
-  return std::move(out);
+  return out;
 }
 
 }  // namespace stoker::python

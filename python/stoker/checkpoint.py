@@ -1,49 +1,23 @@
 """Checkpoints of torch state dicts: stoker.save and stoker.load, beside
-torch.save and torch.load.
+torch.save and torch.load (see their docstrings, and docs/checkpoint.md).
 
     stoker.save({"model": model.state_dict(), "optim": opt.state_dict()},
                 "/ckpt/run-17", step=1200)               # -> "step-000000001200"
     handle = stoker.save(state, "rados://checkpoint/run-17?id=stoker-train",
                          step=1300, async_=True)         # returns after a copy in memory
-    ...                                                  # training goes on
     handle.wait()                                        # raises if the write failed
-    state = stoker.load("/ckpt/run-17")                  # the latest commit
-    model.load_state_dict(state["model"])
+    model.load_state_dict(stoker.load("/ckpt/run-17")["model"])  # the latest commit
 
-A checkpoint root (a directory, ``file:///...`` or ``rados://POOL/PREFIX``)
-holds checkpoints by name and a ``latest`` pointer moved only after a commit
-(docs/checkpoint.md). What is stored: every tensor's bytes (CPU tensors read
-in place, CUDA ones copied to the host first; numpy arrays too, and they come
-back as numpy arrays; tied tensors once, and they come back tied), and the
-rest of the structure exactly (dicts with any keys, OrderedDicts, lists,
+A state is stored as its tensors' bytes (tied tensors once) and a structure
+document (docs/checkpoint.md §8: dicts with any keys, OrderedDicts, lists,
 tuples, None, bool, int, float, complex, str, bytes, torch dtypes, devices
-and Sizes, numpy scalars) as the structure document of docs/checkpoint.md
-§8, which `stoker ckpt show` prints. Anything else raises TypeError naming
-its key path, e.g. ``state['sched']['fn']``. Tensor names are the dotted key
-paths (``optim.state.0.exp_avg``), made unique where two would collide. The
-walk, the names and the document are C++'s (python/ckpt_state.cc over
-EncodeState and LoadState in stoker/checkpoint.h); this module converts.
-
-``load`` returns the same structure; its tensors share the memory the
-checkpoint was restored into (one buffer per load), on the CPU unless
-``map_location`` says where. A checkpoint written by the C++ API without a
-structure loads as a flat dict of its tensors.
-
-Many ranks: every rank calls ``save`` with its own state and the same name
-(``name`` or ``step``); the checkpoint commits when every rank's part is
-durable. Rank and world size come from the environment as for stoker.Loader.
-Where only rank 0 saves a replicated state, pass ``rank=0, world_size=1``.
-``load`` restores this rank's part and checks the job's world size, except
-that a one-rank checkpoint loads in a job of any size when rank and
-world_size are not given; ``all_ranks=True`` returns a list by rank.
-
-Asynchronous saves (``async_=True``) copy the tensors into the Checkpointer's
-staging area before ``save`` returns and write in the background; the
-SaveHandle tells how it ended. The module keeps one Checkpointer per root
-(stoker.checkpoint.release() closes them). At exit pending saves are waited
-for, and a failure nobody asked about is printed on stderr.
-
-Errors are stoker errors (stoker.errors) with the C++ message.
+and Sizes, numpy arrays and scalars), which `stoker ckpt show` prints; tensor
+names are the dotted key paths. Walking the state, the names, the document
+and every check are C++'s (python/ckpt_state.cc over EncodeState and
+LoadState in stoker/checkpoint.h): this module converts arguments. The
+module keeps one Checkpointer per root (release() closes them); at exit
+pending saves are waited for, and a failure nobody asked about is printed
+on stderr. Errors are stoker errors (stoker.errors) with the C++ message.
 """
 
 import atexit
@@ -57,67 +31,40 @@ import weakref
 from . import _stoker
 from . import metrics as _metrics
 from .dataset import _path
-from .loader import _bool, _int, _seconds, _store_options, distributed_env
+from .loader import _bool, _int, _rank_world, _seconds, _store_options
 
 __all__ = ["save", "load", "release", "Checkpointer", "SaveHandle"]
 
 _U64 = 2**64 - 1
 
 
-def _device(map_location):
-    if map_location is None:
-        return None
-    import torch
-
-    if isinstance(map_location, (str, torch.device)):
-        device = torch.device(map_location)
-        return None if device.type == "cpu" else device
-    raise TypeError("map_location must be None, a device string like 'cuda:0' or a "
-                    f"torch.device, not {type(map_location).__name__}")
-
-
 class SaveHandle:
     """An asynchronous save: its tensors were copied when save() returned; the
-    writing goes on in the background.
-
-    ``done()`` says whether it has finished; ``wait(timeout=None)`` waits
-    (True once committed, False if the timeout passed first) and raises the
-    save's error if it failed; ``exception(timeout=None)`` returns that error
-    (or None) instead of raising it.
-    """
+    writing goes on in the background. ``done()``: finished? ``wait(timeout=None)``:
+    True once committed, False if the timeout passed first; raises the save's
+    error. ``exception(timeout=None)``: that error (or None) instead."""
 
     __slots__ = ("_impl", "name", "uri", "_pid", "_metric", "__weakref__")
 
-    def __init__(self, impl, name, uri, metric=None):
-        self._impl = impl
-        self.name = name
-        self.uri = uri
-        self._pid = os.getpid()
+    def __init__(self, impl, name, uri, metric=None):  # impl raises in a forked child
+        self._impl, self.name, self.uri, self._pid = impl, name, uri, os.getpid()
         self._metric = metric  # (start, bytes) until the end is counted
 
     def _count_end(self, ok):
         if self._metric is not None:
-            started, nbytes = self._metric
-            self._metric = None
+            (started, nbytes), self._metric = self._metric, None
             _metrics._save_ended(started, nbytes, ok)
-
-    def _check_process(self):
-        if os.getpid() != self._pid:
-            raise RuntimeError("this stoker.SaveHandle belongs to another process (fork): its "
-                               "save is written by the parent")
 
     def done(self):
         """True once the save has finished, committed or failed."""
-        self._check_process()
         finished = self._impl.done()
         if finished and self._metric is not None:
             self.exception()  # counts the end, committed or failed
         return finished
 
     def wait(self, timeout=None):
-        """Waits for the save; True when it is durable (and committed), False if
-        `timeout` seconds passed first. Raises the save's error."""
-        self._check_process()
+        """True when the save is durable (and committed), False if `timeout`
+        seconds passed first. Raises the save's error."""
         if timeout is not None:
             timeout = _seconds("timeout", timeout, allow_zero=True)
         try:
@@ -130,17 +77,16 @@ class SaveHandle:
         return finished
 
     def exception(self, timeout=None):
-        """The save's error, or None if it succeeded. TimeoutError if it is still
-        running after `timeout` seconds."""
+        """The save's error, or None if it succeeded; TimeoutError if it still
+        runs after `timeout` seconds."""
         from .errors import StokerError
 
         try:
-            finished = self.wait(timeout)
+            if self.wait(timeout):
+                return None
         except StokerError as e:
             return e
-        if not finished:
-            raise TimeoutError(f"the save of {self.name} is still running")
-        return None
+        raise TimeoutError(f"the save of {self.name} is still running")
 
     def __repr__(self):
         state = "done" if os.getpid() == self._pid and self._impl.done() else "running"
@@ -151,60 +97,49 @@ _live_checkpointers = weakref.WeakSet()
 
 
 class Checkpointer:
-    """The checkpoints under one root (a path, ``file:///...``, ``rados://POOL/PREFIX``).
+    """The checkpoints under one root (a path, ``file:///...``, ``rados://POOL/PREFIX``),
+    kept open with, for asynchronous saves, a staging area in host memory that
+    each save reuses (as large as the largest state saved). stoker.save and
+    stoker.load use one per root; make your own for other options, or to free
+    the staging area (close()). Safe to use from several threads; saves are
+    serialised.
 
-    Keeps the root open and, for asynchronous saves, a staging area in host
-    memory that each save reuses (as large as the largest state saved).
-    stoker.save and stoker.load use one per root, made on first use; make
-    your own for other options, or to free the staging area (close()).
-
-    Args:
-      uri: the checkpoint root.
+    Args (None: CheckpointerOptions' default, include/stoker/checkpoint.h):
       io_threads: chunk writes (and restore reads) in flight.
       write_retries: attempts after a failed write whose error is retryable.
       store: store options, as for stoker.Loader: {"posix_engine":
         "auto"|"io_uring"|"threads", "io_threads": N, "op_timeout": seconds}.
       direct_io: on a local directory, write and read chunks past the page
-        cache (O_DIRECT): a save or restore streams at the disk's rate and
-        does not evict the data a loader keeps cached; a restore of a
-        checkpoint still in the page cache reads the disk again. Default on.
-
-    Safe to use from several threads; saves are serialised.
+        cache (O_DIRECT): at the disk's rate, without evicting what a loader
+        keeps cached (a checkpoint still in the page cache is read again).
     """
 
-    def __init__(self, uri, *, io_threads=8, write_retries=3, store=None, direct_io=True):
+    def __init__(self, uri, *, io_threads=None, write_retries=None, store=None, direct_io=True):
         self._impl = None  # so close() and __repr__ work if a check below raises
         uri = _path("uri", uri)
-        engine, store_threads, op_timeout = _store_options(store)
-        self._impl = _stoker._Checkpointer(
-            uri=uri, io_threads=_int("io_threads", io_threads, 1, 4096),
-            write_retries=_int("write_retries", write_retries, 0, 1000), posix_engine=engine,
-            store_io_threads=store_threads, op_timeout_s=op_timeout,
-            direct_io=_bool("direct_io", direct_io))
-        self.uri = uri
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
+        o = _stoker._CheckpointerOptions()
+        if io_threads is not None:
+            o.io_threads = _int("io_threads", io_threads, 1, 4096)
+        if write_retries is not None:
+            o.write_retries = _int("write_retries", write_retries, 0, 1000)
+        _store_options(store, o.store)
+        o.store.direct_writes = o.direct_reads = _bool("direct_io", direct_io)
+        self._impl = _stoker._Checkpointer(uri, o)
+        self.uri, self._pid, self._lock = uri, os.getpid(), threading.Lock()
         _live_checkpointers.add(self)
 
     def _c(self):
-        if os.getpid() != self._pid:
-            raise RuntimeError("this stoker.Checkpointer was created in another process: a "
-                               "forked child cannot use it (its threads do not exist here); "
-                               "make a new one in the child")
-        return self._impl
-
-    # -- saving --
+        return self._impl  # which raises in a forked child
 
     def save(self, state_dict, name=None, *, step=None, async_=False, metadata=None,
              keep_last=None, rank=None, world_size=None, chunk_bytes=None, attempt="",
              commit_timeout=600.0):
         """Saves `state_dict` as checkpoint `name`; see stoker.save."""
         impl = self._c()
-        rank, world_size, where = _rank_world(rank, world_size)
+        rank, world_size, where = _rank_world(rank, world_size, 65536)
         if step is not None:
             step = _int("step", step, 0, _U64)
-        if metadata is None:
-            metadata = {}
+        metadata = {} if metadata is None else metadata
         if not isinstance(metadata, collections.abc.Mapping):
             raise TypeError(f"metadata must be a dict, not {type(metadata).__name__}")
         try:
@@ -213,37 +148,35 @@ class Checkpointer:
         except (TypeError, ValueError) as e:
             raise TypeError(f"metadata must be JSON-serialisable (it goes in the manifest): "
                             f"{e}") from None
-        keep_last = 0 if keep_last is None else _int("keep_last", keep_last, 1)
-        chunk_bytes = None if chunk_bytes is None else _int("chunk_bytes", chunk_bytes, 1, _U64)
         if not isinstance(attempt, str):
             raise TypeError(f"attempt must be a str, not {type(attempt).__name__}")
-        options = _stoker._SaveOptions(rank=rank, world_size=world_size,
-                                       metadata_json=metadata_json, keep_last=keep_last,
-                                       attempt=attempt)
-        if chunk_bytes is not None:  # else SaveOptions' default
-            options.chunk_bytes = chunk_bytes
-        options.commit_timeout_s = _seconds("commit_timeout", commit_timeout)
+        options = _stoker._SaveOptions(  # fields not set keep SaveOptions' defaults
+            rank=rank, world_size=world_size, metadata_json=metadata_json, attempt=attempt,
+            keep_last=0 if keep_last is None else _int("keep_last", keep_last, 1),
+            commit_timeout_s=_seconds("commit_timeout", commit_timeout))
+        if chunk_bytes is not None:
+            options.chunk_bytes = _int("chunk_bytes", chunk_bytes, 1, _U64)
         async_ = _bool("async_", async_)
-        started = _metrics._save_started()  # the stall counts the flattening too
+        started = _metrics._save_started()  # the stall counts the walk too
         state = _stoker._encode_state(state_dict)
         nbytes = state.nbytes
         with self._lock:
             name = self._name(impl, name, step, world_size, where)
         try:
-            if not async_:
-                impl.save_state(name, state, options)
-            else:
+            if async_:
                 handle = impl.save_state_async(name, state, options)
+            else:
+                impl.save_state(name, state, options)
         except BaseException:
             _metrics._save_stalled(started)
             _metrics._save_ended(started, nbytes, ok=False)
             raise
         del state  # C++ has read the tensors (async: copied into the staging area)
         _metrics._save_stalled(started)
-        if not async_:
-            _metrics._save_ended(started, nbytes, ok=True)
-            return name
-        return SaveHandle(handle, name, self.uri, (started, nbytes))
+        if async_:
+            return SaveHandle(handle, name, self.uri, (started, nbytes))
+        _metrics._save_ended(started, nbytes, ok=True)
+        return name
 
     def _name(self, impl, name, step, world_size, where):
         if name is not None:
@@ -258,8 +191,6 @@ class Checkpointer:
                              "that every rank saves under the same name")
         return impl.claim_name()  # ckpt-N, claimed atomically under the root
 
-    # -- loading --
-
     def load(self, name=None, *, rank=None, world_size=None, all_ranks=False,
              map_location=None, into=None):
         """Loads checkpoint `name` (default: the latest); see stoker.load."""
@@ -267,23 +198,13 @@ class Checkpointer:
         name = "latest" if name is None else name
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, not {type(name).__name__}")
-        all_ranks = _bool("all_ranks", all_ranks)
-        device = _device(map_location)
-        if into is not None and all_ranks:
-            raise ValueError("load(into=...) restores this rank's part; it does not combine "
-                             "with all_ranks=True")
-        if into is not None and device is not None:
-            raise ValueError("load(into=...) restores into the tensors where they are; "
-                             "map_location does not apply")
         options = _stoker._StateLoadOptions()
         # A checkpoint of one rank loads in a job of any size (replicated state).
         options.any_world_if_single = rank is None and world_size is None
-        options.rank, world_size, _ = _rank_world(rank, world_size)
+        options.rank, world_size, _ = _rank_world(rank, world_size, 65536)
+        options.all_ranks = _bool("all_ranks", all_ranks)
         options.world_size = 0 if all_ranks else world_size
-        options.all_ranks = all_ranks
-        return impl.load_state(name, options, device, into)
-
-    # -- the rest --
+        return impl.load_state(name, options, map_location, into)  # one call, into= or not
 
     def list(self):
         """The checkpoints under the root, by commit order (incomplete ones last):
@@ -293,12 +214,7 @@ class Checkpointer:
 
     def latest(self):
         """The name `latest` points to, or None when nothing was committed."""
-        from .errors import NotFoundError
-
-        try:
-            return self._c().latest()
-        except NotFoundError:
-            return None
+        return self._c().latest()
 
     def info(self, name=None):
         """What the manifest of `name` (default: the latest) says: name, sequence,
@@ -331,24 +247,7 @@ class Checkpointer:
         return f"<stoker.Checkpointer {getattr(self, 'uri', None)!r}>"
 
 
-def _rank_world(rank, world_size):
-    if rank is None or world_size is None:
-        env = distributed_env()
-        rank = env.rank if rank is None else rank
-        world_size = env.world_size if world_size is None else world_size
-        where = f" (from {env.source})" if env.source else ""
-    else:
-        where = ""
-    rank = _int("rank", rank, 0)
-    world_size = _int("world_size", world_size, 1, 65536)
-    if rank >= world_size:
-        raise ValueError(f"rank {rank} must be below world_size {world_size}{where}")
-    return rank, world_size, where
-
-
-# ---- the module's checkpointers ------------------------------------------------------
-
-_by_uri = {}
+_by_uri = {}  # the module's checkpointers
 _by_uri_lock = threading.Lock()
 
 
@@ -379,7 +278,9 @@ def save(state_dict, uri, name=None, step=None, async_=False, metadata=None, kee
       metadata: a JSON-serialisable dict stored in the manifest (rank 0's).
       keep_last: after the commit, remove all but the newest K checkpoints.
       rank, world_size: this process's part; from the environment when None.
-      chunk_bytes: chunk object size (default 64 MiB).
+        Every rank saves its own state under the same name (or step); where
+        only rank 0 saves a replicated state, pass rank=0, world_size=1.
+      chunk_bytes: chunk object size (default: SaveOptions', 64 MiB).
     """
     return _checkpointer(uri).save(state_dict, name, step=step, async_=async_, metadata=metadata,
                                    keep_last=keep_last, rank=rank, world_size=world_size,
@@ -394,22 +295,20 @@ def load(uri, name=None, rank=None, world_size=None, all_ranks=False, map_locati
       uri: the checkpoint root.
       name: the checkpoint (default: the latest commit).
       rank, world_size: which rank's part to load, and the job's size (checked
-        against the checkpoint's); from the environment when None.
+        against the checkpoint's); from the environment when None, and then a
+        checkpoint of one rank loads in a job of any size (replicated state).
       all_ranks: a list of every rank's state, indexed by rank.
       map_location: None (CPU tensors sharing the restored memory), or a device
         ("cuda:0", torch.device) to move them to.
-      into: a state with the same structure (e.g. {"model": model.state_dict()}
-        for a checkpoint of {"model": ...}) whose tensors are overwritten in
-        place, as load_state_dict would, without new memory or a second copy:
-        CPU contiguous tensors and numpy arrays are read straight into, others
-        (CUDA, non-contiguous) copied into after the restore. Every such
-        tensor must have the checkpoint's dtype and shape (ValueError naming
-        both otherwise), checked before anything is read. Tensors the
-        checkpoint has and `into` does not come back in new memory; tensors of
-        `into` the checkpoint lacks are left as they are. Returns the state,
-        with `into`'s own tensor objects where they were filled. If the restore
-        fails (a corrupt chunk, say), the error is raised and `into`'s tensors
-        may hold part of the checkpoint.
+      into: a state of the same structure (e.g. {"model": model.state_dict()})
+        whose tensors are overwritten in place, as load_state_dict would,
+        without new memory: CPU contiguous tensors and numpy arrays are read
+        straight into, others (CUDA, non-contiguous) copied into after the
+        restore. Each must have the checkpoint's dtype and shape (ValueError
+        naming both, before anything is read). Tensors `into` lacks come back
+        in new memory; tensors the checkpoint lacks are left as they are.
+        Returns the state, with `into`'s tensor objects where they were
+        filled. If the restore fails, `into` may hold part of the checkpoint.
     """
     return _checkpointer(uri).load(name, rank=rank, world_size=world_size, all_ranks=all_ranks,
                                    map_location=map_location, into=into)
@@ -417,8 +316,7 @@ def load(uri, name=None, rank=None, world_size=None, all_ranks=False, map_locati
 
 def release(uri=None):
     """Closes the Checkpointer that stoker.save/stoker.load keep for `uri` (all
-    of them if None): waits for its pending saves and frees its staging area
-    (as large as the largest state saved asynchronously)."""
+    of them if None): waits for its pending saves and frees its staging area."""
     with _by_uri_lock:
         keys = list(_by_uri) if uri is None else [os.fspath(uri)]
         closing = [_by_uri.pop(k) for k in keys if k in _by_uri]
