@@ -35,10 +35,20 @@ std::string TagOf(const Json& node) {
   return node.size() == 1 ? node.begin().key() : "";
 }
 
+// JSON parsed with integers beyond 64 bits kept exact (ExactSax, below);
+// discarded (null) when it is no JSON.
+Json ParseExact(const char* begin, const char* end);
+
+// A scalar's JSON text; an exact big integer's digits.
+std::string ScalarText(const Json& node) {
+  if (!node.is_binary()) return node.dump();
+  return std::string(node.get_binary().begin(), node.get_binary().end());
+}
+
 std::string ScalarType(const Json& node) {
   if (node.is_null()) return "none";
   if (node.is_boolean()) return "bool";
-  if (node.is_number_integer()) return "int";
+  if (node.is_number_integer() || node.is_binary()) return "int";
   if (node.is_number()) return "float";
   if (node.is_string()) return "str";
   return "";
@@ -66,7 +76,7 @@ class Walker {
     e.depth = depth;
     if (std::string type = ScalarType(node); !type.empty()) {
       e.type = type;
-      e.value = node.dump();
+      e.value = ScalarText(node);
       out_->push_back(std::move(e));
       return Status::Ok();
     }
@@ -132,7 +142,7 @@ class Walker {
 Result<StateStructure> StateStructure::Parse(std::span<const std::byte> document,
                                              std::string_view where) {
   const auto* text = reinterpret_cast<const char*>(document.data());
-  Json doc = Json::parse(text, text + document.size(), nullptr, /*allow_exceptions=*/false);
+  Json doc = ParseExact(text, text + document.size());
   if (!doc.is_object() || !doc.contains("format") || doc["format"] != kStructureFormat) {
     return Corruption(std::string(where) + ": not a stoker state structure (no \"format\": \"" +
                       std::string(kStructureFormat) + "\")");
@@ -396,6 +406,16 @@ class ExactSax {
   std::vector<Json*> stack_;
   std::string key_;
 };
+
+}  // namespace
+
+namespace {
+
+Json ParseExact(const char* begin, const char* end) {
+  ExactSax sax;
+  if (!Json::sax_parse(begin, end, &sax)) return nullptr;
+  return std::move(sax.root);
+}
 
 // ---- encoding
 
@@ -699,26 +719,25 @@ Result<StateValue> RankRoot(const RankPart& part, std::span<const std::byte> str
     }
     return root;
   }
-  ExactSax sax;
   const auto* text = reinterpret_cast<const char*>(structure.data());
-  if (!Json::sax_parse(text, text + structure.size(), &sax) || !sax.root.is_object() ||
-      sax.root.value("format", "") != kStructureFormat) {
+  Json doc = ParseExact(text, text + structure.size());
+  if (!doc.is_object() || doc.value("format", "") != kStructureFormat) {
     return Corruption(where + ": tensor 'stoker:structure' is not a stoker state structure");
   }
-  const Json& version = sax.root["version"];
+  const Json& version = doc["version"];
   if (!version.is_number_unsigned() || version.get<uint64_t>() != kStructureVersion) {
     return Unsupported(where + ": state structure version " + version.dump() +
                        " is not supported (this stoker reads version " +
                        std::to_string(kStructureVersion) + ")");
   }
-  if (!sax.root.contains("root")) return Corruption(where + ": state structure: no root");
-  return Decoder(where, part).Value(sax.root["root"], 0);
+  if (!doc.contains("root")) return Corruption(where + ": state structure: no root");
+  return Decoder(where, part).Value(doc["root"], 0);
 }
 
 // Points the tree's tensors at their bytes, by name.
-void Attach(StateValue& v,
-            const std::unordered_map<std::string_view,
-                                     std::pair<std::span<const std::byte>, int64_t>>& data) {
+using TensorBytes = std::unordered_map<std::string, std::pair<std::span<const std::byte>, int64_t>>;
+
+void Attach(StateValue& v, const TensorBytes& data) {
   if (v.kind >= Kind::kTensor) {
     auto it = data.find(v.text);
     if (it != data.end()) std::tie(v.data, v.destination) = it->second;
@@ -760,7 +779,7 @@ Result<LoadedState> LoadState(Checkpointer& c, std::string_view name,
   const std::string where = c.uri() + ": checkpoint " + m.name;
   if (plan && options.all_ranks) return InvalidArgument(where + ": a plan loads one rank");
   using Bytes = std::pair<std::span<const std::byte>, int64_t>;
-  std::unordered_map<std::string_view, Bytes> data;
+  TensorBytes data;
   std::vector<std::string> rest;  // tensors to restore into new memory (empty: all)
   std::string structure;          // the planned rank's document
   const RankPart* planned = nullptr;
