@@ -769,77 +769,99 @@ Result<EncodedState> EncodeState(StateValue& root) {
   return out;
 }
 
-Result<LoadedState> LoadState(Checkpointer& c, std::string_view name,
-                              const StateLoadOptions& options, const StatePlan& plan) {
-  LoadedState out;
-  STOKER_ASSIGN_OR_RETURN(out.manifest, c.ReadManifest(name.empty() ? "latest" : name));
-  const CheckpointManifest& m = out.manifest;
-  RestoreOptions ro{options.rank, options.world_size, options.all_ranks, {}};
-  if (options.any_world_if_single && m.world_size == 1 && !options.all_ranks) ro = {};
-  const std::string where = c.uri() + ": checkpoint " + m.name;
-  if (plan && options.all_ranks) return InvalidArgument(where + ": a plan loads one rank");
-  using Bytes = std::pair<std::span<const std::byte>, int64_t>;
-  TensorBytes data;
-  std::vector<std::string> rest;  // tensors to restore into new memory (empty: all)
-  std::string structure;          // the planned rank's document
+namespace {
+
+using Bytes = std::pair<std::span<const std::byte>, int64_t>;
+
+// Rank ro.rank of out->manifest: its document restored (rank and world size
+// checked on the way), the plan asked, its destinations read, the rest
+// restored into new memory.
+Status LoadPlanned(Checkpointer& c, RestoreOptions ro, const StatePlan& plan,
+                   const std::string& where, LoadedState* out) {
+  const CheckpointManifest& m = out->manifest;
   const RankPart* planned = nullptr;
-  if (plan) {
-    for (const RankPart& p : m.ranks) {
-      if (p.rank == ro.rank) planned = &p;
-    }
-    const TensorInfo* doc = planned ? StructureOf(*planned) : nullptr;
-    // Restores the document, or nothing, with the rank and world size checked.
-    structure.resize(doc ? doc->bytes : 0);
-    TensorDestination d{std::string(kStructureTensor),
-                        std::as_writable_bytes(std::span(structure))};
-    if (doc != nullptr) {
-      STOKER_RETURN_IF_ERROR(c.RestoreInto(m.name, {&d, 1}, ro).status());
-    } else {
-      ro.only = {"\n"};  // no such tensor: only the checks run, and then NotFound
-      Status s = c.Restore(m.name, ro).status();
-      if (s.code() != Code::kNotFound || planned == nullptr) return s;
-    }
-    auto bytes = doc ? std::as_bytes(std::span(structure)) : std::span<const std::byte>();
-    STOKER_ASSIGN_OR_RETURN(StateValue root, RankRoot(*planned, bytes, where));
-    std::vector<TensorDestination> dst;
-    STOKER_RETURN_IF_ERROR(plan(root, m, &dst));
-    if (!dst.empty()) STOKER_RETURN_IF_ERROR(c.RestoreInto(m.name, dst, ro).status());
-    for (size_t i = 0; i < dst.size(); ++i) {
-      data.emplace(dst[i].name, Bytes{dst[i].data, int64_t(i)});
-    }
-    for (const TensorInfo& t : planned->tensors) {
-      if (t.name != kStructureTensor && !data.contains(t.name)) rest.push_back(t.name);
-    }
-    out.ranks = {ro.rank};
-    out.roots.push_back(std::move(root));
-    if (rest.empty()) {
-      Attach(out.roots[0], data);
-      return out;
-    }
-  }
-  ro.only = rest;
-  STOKER_ASSIGN_OR_RETURN(Restored r, c.Restore(m.name, ro));
-  out.memory = r.memory;
-  if (plan) {
-    for (const RestoredTensor& t : r.tensors) data.emplace(t.info.name, Bytes{t.data, -1});
-    Attach(out.roots[0], data);
-    return out;
-  }
   for (const RankPart& p : m.ranks) {
-    if (!options.all_ranks && p.rank != ro.rank) continue;
+    if (p.rank == ro.rank) planned = &p;
+  }
+  const TensorInfo* doc = planned ? StructureOf(*planned) : nullptr;
+  std::string structure(doc ? doc->bytes : 0, '\0');
+  TensorDestination d{std::string(kStructureTensor), std::as_writable_bytes(std::span(structure))};
+  if (doc != nullptr) {
+    STOKER_RETURN_IF_ERROR(c.RestoreInto(m.name, {&d, 1}, ro).status());
+  } else {
+    ro.only = {"\n"};  // no such tensor: only the checks run, and then NotFound
+    Status s = c.Restore(m.name, ro).status();
+    if (s.code() != Code::kNotFound || planned == nullptr) return s;
+  }
+  auto bytes = doc ? std::as_bytes(std::span(structure)) : std::span<const std::byte>();
+  STOKER_ASSIGN_OR_RETURN(StateValue root, RankRoot(*planned, bytes, where));
+  std::vector<TensorDestination> dst;
+  STOKER_RETURN_IF_ERROR(plan(root, m, &dst));
+  if (!dst.empty()) STOKER_RETURN_IF_ERROR(c.RestoreInto(m.name, dst, ro).status());
+  TensorBytes data;
+  for (size_t i = 0; i < dst.size(); ++i) data.emplace(dst[i].name, Bytes{dst[i].data, int64_t(i)});
+  ro.only.clear();
+  for (const TensorInfo& t : planned->tensors) {
+    if (t.name != kStructureTensor && !data.contains(t.name)) ro.only.push_back(t.name);
+  }
+  if (!ro.only.empty()) {
+    STOKER_ASSIGN_OR_RETURN(Restored r, c.Restore(m.name, ro));
+    out->memory = r.memory;
+    for (const RestoredTensor& t : r.tensors) data.emplace(t.info.name, Bytes{t.data, -1});
+  }
+  Attach(root, data);
+  out->ranks = {ro.rank};
+  out->roots.push_back(std::move(root));
+  return Status::Ok();
+}
+
+// The ranks `ro` selects, restored into new memory in one restore.
+Status LoadRanks(Checkpointer& c, const std::string& name, const RestoreOptions& ro,
+                 LoadedState* out) {
+  STOKER_ASSIGN_OR_RETURN(Restored r, c.Restore(name, ro));
+  out->manifest = std::move(r.manifest);
+  out->memory = r.memory;
+  const std::string where = c.uri() + ": checkpoint " + out->manifest.name;
+  TensorBytes data;
+  for (const RankPart& p : out->manifest.ranks) {
+    if (!ro.all_ranks && p.rank != ro.rank) continue;
     data.clear();  // names repeat across ranks
     for (const RestoredTensor& t : r.tensors) {
       if (t.info.rank == p.rank) data.emplace(t.info.name, Bytes{t.data, -1});
     }
     const TensorInfo* doc = StructureOf(p);
     auto bytes = doc ? data.at(doc->name).first : std::span<const std::byte>();
-    const std::string rank_where =
-        options.all_ranks ? where + " rank " + std::to_string(p.rank) : where;
+    const std::string rank_where = ro.all_ranks ? where + " rank " + std::to_string(p.rank) : where;
     STOKER_ASSIGN_OR_RETURN(StateValue root, RankRoot(p, bytes, rank_where));
     Attach(root, data);
-    out.ranks.push_back(p.rank);
-    out.roots.push_back(std::move(root));
+    out->ranks.push_back(p.rank);
+    out->roots.push_back(std::move(root));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<LoadedState> LoadState(Checkpointer& c, std::string_view name,
+                              const StateLoadOptions& options, const StatePlan& plan) {
+  LoadedState out;
+  const std::string wanted = name.empty() ? "latest" : std::string(name);
+  RestoreOptions ro{options.rank, options.world_size, options.all_ranks, {}};
+  // The manifest is read first only where it decides what to restore: for a
+  // plan, and for a one-rank checkpoint that may load as rank 0 of any job.
+  const bool any_world = options.any_world_if_single && !options.all_ranks &&
+                         !(options.rank == 0 && options.world_size == 1);
+  if (plan || any_world) {
+    STOKER_ASSIGN_OR_RETURN(out.manifest, c.ReadManifest(wanted));
+    if (any_world && out.manifest.world_size == 1) ro = {};
+  }
+  if (!plan) {
+    STOKER_RETURN_IF_ERROR(LoadRanks(c, any_world ? out.manifest.name : wanted, ro, &out));
+    return out;
+  }
+  const std::string where = c.uri() + ": checkpoint " + out.manifest.name;
+  if (options.all_ranks) return InvalidArgument(where + ": a plan loads one rank");
+  STOKER_RETURN_IF_ERROR(LoadPlanned(c, ro, plan, where, &out));
   return out;
 }
 
