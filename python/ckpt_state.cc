@@ -126,11 +126,18 @@ class Encoder {
     if (!active_.insert(value.ptr()).second) {
       throw py::type_error("cannot save " + where + ": it contains itself");
     }
+    if (active_.size() > kMaxDepth) {  // as the document's readers allow
+      active_.erase(value.ptr());
+      throw py::value_error("cannot save " + where + ": nested deeper than " +
+                            std::to_string(kMaxDepth) + " containers");
+    }
     StateValue v;
     try {
       if (PyDict_Check(value.ptr())) {
         v.kind = value.get_type().is(odict_) ? Kind::kODict : Kind::kDict;
-        for (auto [k, x] : py::reinterpret_borrow<py::dict>(value)) {
+        // items(): an OrderedDict's own order (move_to_end), not its dict's.
+        for (py::handle item : value.attr("items")()) {
+          py::object k = item[py::int_(0)], x = item[py::int_(1)];
           if ((torch_ && py::isinstance(k, torch_.attr("Tensor"))) ||
               py::isinstance(k, np_.attr("ndarray"))) {
             throw py::type_error("cannot save " + where + ": a tensor as a dict key");
@@ -215,6 +222,7 @@ class Encoder {
     return v;
   }
 
+  static constexpr size_t kMaxDepth = 60;
   PyEncodedState* out_;
   py::object torch_, np_, odict_;
   std::unordered_set<PyObject*> active_;  // the containers being walked (cycles)

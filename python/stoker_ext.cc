@@ -1188,6 +1188,7 @@ PYBIND11_MODULE(_stoker, m) {
   // Constants defined once, in C++.
   m.attr("DEFAULT_CHUNK_BYTES") = st::kDefaultChunkBytes;
   m.attr("MAX_TENSOR_NAME_BYTES") = st::kMaxTensorNameBytes;
+  m.attr("MAX_CHECKPOINT_RANKS") = st::kMaxCheckpointRanks;
   m.attr("MAX_DECODE_SIDE") = st::kMaxDecodeSide;
   py::class_<st::StateLoadOptions>(m, "_StateLoadOptions")
       .def(py::init<>())

@@ -73,6 +73,9 @@ size_t DTypeSize(DType t);
 
 // The longest tensor name, in bytes of UTF-8 (docs/checkpoint.md §3.1).
 inline constexpr size_t kMaxTensorNameBytes = 1024;
+// The most ranks a checkpoint has (SaveOptions::world_size, the manifest's
+// world_size: docs/checkpoint.md §2.3).
+inline constexpr uint32_t kMaxCheckpointRanks = 65536;
 // SaveOptions::chunk_bytes' default: half RADOS's default
 // osd_max_object_size, large enough that an fsync per chunk costs little.
 inline constexpr uint64_t kDefaultChunkBytes = 64ull << 20;

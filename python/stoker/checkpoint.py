@@ -36,6 +36,7 @@ from .loader import _bool, _int, _rank_world, _seconds, _store_options
 __all__ = ["save", "load", "release", "Checkpointer", "SaveHandle"]
 
 _U64 = 2**64 - 1
+_MAX_RANKS = _stoker.MAX_CHECKPOINT_RANKS  # of one checkpoint (SaveOptions::world_size)
 
 
 class SaveHandle:
@@ -136,7 +137,7 @@ class Checkpointer:
              commit_timeout=600.0):
         """Saves `state_dict` as checkpoint `name`; see stoker.save."""
         impl = self._c()
-        rank, world_size, where = _rank_world(rank, world_size, 65536)
+        rank, world_size, where = _rank_world(rank, world_size, _MAX_RANKS)
         if step is not None:
             step = _int("step", step, 0, _U64)
         metadata = {} if metadata is None else metadata
@@ -201,7 +202,7 @@ class Checkpointer:
         options = _stoker._StateLoadOptions()
         # A checkpoint of one rank loads in a job of any size (replicated state).
         options.any_world_if_single = rank is None and world_size is None
-        options.rank, world_size, _ = _rank_world(rank, world_size, 65536)
+        options.rank, world_size, _ = _rank_world(rank, world_size, _MAX_RANKS)
         options.all_ranks = _bool("all_ranks", all_ranks)
         options.world_size = 0 if all_ranks else world_size
         return impl.load_state(name, options, map_location, into)  # one call, into= or not

@@ -397,7 +397,7 @@ class ExactSax {
   }
   bool Open(Json v) {
     stack_.push_back(Place(std::move(v)));
-    return stack_.size() <= 64;
+    return stack_.size() <= 256;  // a state node nests at most 3 JSON levels, 60 of them
   }
   bool Close() {
     stack_.pop_back();
