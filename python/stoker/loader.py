@@ -154,8 +154,10 @@ _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "fl
 _CROPS = {"resize": 0, "center": 1, "random_resized": 2}
 _DTYPES = {"uint8": 0, "float32": 1, "float16": 2}
 _LAYOUTS = {"NHWC": 0, "NCHW": 1}
-#: torchvision's ImageNet mean and std (normalize=True or "imagenet").
-IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+#: torchvision's ImageNet mean and std (normalize=True or "imagenet"): DecodeOptions'
+#: defaults (include/stoker/decode.h), as the decimals they were written as.
+IMAGENET_NORMALIZE = tuple(tuple(float(str(np.float32(x))) for x in v)
+                           for v in (_stoker._DecodeOptions().mean, _stoker._DecodeOptions().std))
 
 
 def _decode_real(key, value):
@@ -363,7 +365,7 @@ if hasattr(os, "register_at_fork"):
 class Loader:
     """Iterable of batches from the stoker dataset at ``uri``.
 
-    Args:
+    Args (None: LoaderOptions' default, include/stoker/loader.h):
       uri: the dataset: a path, ``file:///path``, ``rados://POOL/PREFIX``, ``mem://NAME``.
       batch_size: samples per batch (the last one of an epoch may be short
         unless drop_last).
