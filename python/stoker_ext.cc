@@ -1,8 +1,9 @@
 // stoker._stoker: the one file that binds the C++ core to Python (pybind11).
 //
-// It stays thin on purpose: option checks, environment lookups, epoch
-// semantics and the friendly API are plain Python (python/stoker/). What
-// lives here is what must be C++:
+// It stays thin on purpose: argument checks, epoch semantics and the friendly
+// API are plain Python (python/stoker/); option structs are bound field by
+// field (their defaults are C++'s); saved states are converted by
+// ckpt_state.cc. What lives here is what must be C++:
 //   - batches as numpy arrays that share the batch buffer: every array of a
 //     batch has as its base one capsule that owns a reference to the buffer,
 //     so the memory lives while any array (or a torch tensor made from one)
