@@ -604,8 +604,14 @@ class Decoder {
         STOKER_RETURN_IF_ERROR(Items(node, &v, depth));
         return v;
       default:
-        break;
+        return Tagged(node, depth);
     }
+  }
+
+ private:
+  // An object node: a tag (§8's table).
+  Result<StateValue> Tagged(const Json& node, int depth) {
+    StateValue v;
     const std::string tag = TagOf(node);
     if (tag.empty()) return Bad("unknown entry " + node.dump().substr(0, 200));
     const Json& body = node.at(tag);
@@ -665,7 +671,6 @@ class Decoder {
     return Bad("unknown entry " + node.dump().substr(0, 200));
   }
 
- private:
   Status Items(const Json& items, StateValue* v, int depth) {
     for (const Json& item : items) {
       STOKER_ASSIGN_OR_RETURN(StateValue x, Value(item, depth + 1));
