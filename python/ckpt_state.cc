@@ -63,7 +63,16 @@ class Encoder {
       v.flag = p == Py_True;
       return v;
     }
-    if (PyUnicode_CheckExact(p)) return Text(Kind::kStr, Str(value));
+    if (PyUnicode_CheckExact(p)) {
+      Py_ssize_t n = 0;
+      const char* utf8 = PyUnicode_AsUTF8AndSize(p, &n);
+      if (utf8 == nullptr) {  // a lone surrogate: no UTF-8, no JSON string
+        PyErr_Clear();
+        throw py::type_error("cannot save " + where +
+                             ": a str that is not valid Unicode (a lone surrogate)");
+      }
+      return Text(Kind::kStr, std::string(utf8, size_t(n)));
+    }
     if (PyLong_CheckExact(p)) return Text(Kind::kInt, Str(value));
     if (PyFloat_CheckExact(p)) {
       v.kind = Kind::kFloat;

@@ -59,6 +59,10 @@ def test_ordered_dict_order_and_depth(tmp_path):
         leaf = leaf[0]
     with pytest.raises(ValueError, match=r"state(\[0\]){60}: nested deeper than 60 containers"):
         stoker.save(deep, root, name="deep", rank=0, world_size=1)
+    with pytest.raises(TypeError, match=r"state\['s'\]: a str that is not valid Unicode"):
+        stoker.save({"s": "\ud800"}, root, name="surrogate", rank=0, world_size=1)
+    with pytest.raises(TypeError, match=r"a key of state: a str that is not valid Unicode"):
+        stoker.save({"\udc00": 1}, root, name="surrogate", rank=0, world_size=1)
     nested = leaf = {}
     for _ in range(50):  # deep, but within what the readers take
         leaf["x"] = {}
