@@ -1,8 +1,9 @@
 // stoker._stoker: the one file that binds the C++ core to Python (pybind11).
 //
-// It stays thin on purpose: option checks, environment lookups, epoch
-// semantics and the friendly API are plain Python (python/stoker/). What
-// lives here is what must be C++:
+// It stays thin on purpose: argument checks, epoch semantics and the friendly
+// API are plain Python (python/stoker/); option structs are bound field by
+// field (their defaults are C++'s); saved states are converted by
+// ckpt_state.cc. What lives here is what must be C++:
 //   - batches as numpy arrays that share the batch buffer: every array of a
 //     batch has as its base one capsule that owns a reference to the buffer,
 //     so the memory lives while any array (or a torch tensor made from one)
@@ -18,6 +19,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -33,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt_state.h"
 #include "stoker/checkpoint.h"
 #include "stoker/dataset.h"
 #include "stoker/format.h"
@@ -399,15 +402,6 @@ py::dict ManifestDict(std::string_view uri, const format::Manifest& m) {
   return d;
 }
 
-StoreOptions MakeStoreOptions(const std::string& posix_engine, uint32_t io_threads,
-                              double op_timeout_s) {
-  StoreOptions o;
-  o.posix_engine = posix_engine;
-  o.io_threads = io_threads;
-  o.op_timeout = std::chrono::milliseconds(static_cast<int64_t>(op_timeout_s * 1000));
-  return o;
-}
-
 // ---- the loader ---------------------------------------------------------------
 
 class LoaderHandle {
@@ -448,6 +442,17 @@ class LoaderHandle {
   std::pair<uint64_t, uint64_t> State() {
     const LoaderState s = Locked([](Loader& l) { return l.state(); });
     return {s.epoch, s.position};
+  }
+
+  // The state at (epoch, position) with this loader's identity (versioned;
+  // what Loader.state_dict() saves).
+  LoaderState Identified(uint64_t epoch, uint64_t position) const {
+    return IdentifiedState(epoch, position, loader_->manifest(), loader_->options());
+  }
+
+  // Whether this loader may resume from `s` (CheckResumeState's error).
+  void CheckResume(const LoaderState& s) const {
+    Check(CheckResumeState(s, loader_->manifest(), loader_->options()));
   }
 
   py::dict Stats() {
@@ -591,50 +596,6 @@ void BindDecode(py::module_& m) {
       "(top, left, height, width, flip) of a sample's crop, in source pixels");
 }
 
-// Options arrive fully checked from stoker/loader.py; C++ checks them again.
-std::unique_ptr<LoaderHandle> MakeLoader(
-    const std::string& uri, uint32_t batch_size, bool shuffle, uint64_t seed,
-    uint32_t shuffle_window_shards, uint32_t rank, uint32_t world_size, bool drop_last,
-    uint32_t reads_in_flight, uint64_t memory_budget, uint32_t prefetch_batches, uint32_t threads,
-    bool direct_io, std::vector<std::string> fields, std::string decode_field,
-    uint32_t decode_height, uint32_t decode_width, uint32_t read_retries, double read_timeout_s,
-    uint64_t start_epoch, uint64_t start_position, std::string posix_engine, uint32_t io_threads,
-    double op_timeout_s, std::string device, uint64_t device_memory_budget, std::string read_unit,
-    std::optional<DecodeOptions> decode, std::string cache_dir, uint64_t cache_bytes,
-    std::string cache_policy, uint32_t ranks_per_node, bool node_affinity) {
-  LoaderOptions o;
-  o.cache_dir = std::move(cache_dir);
-  o.cache_bytes = cache_bytes;
-  o.cache_policy = std::move(cache_policy);
-  o.ranks_per_node = ranks_per_node;
-  o.node_affinity = node_affinity;
-  o.batch_size = batch_size;
-  o.shuffle = shuffle;
-  o.seed = seed;
-  o.shuffle_window_shards = shuffle_window_shards;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.drop_last = drop_last;
-  o.reads_in_flight = reads_in_flight;
-  o.memory_budget = memory_budget;
-  o.prefetch_batches = prefetch_batches;
-  o.threads = threads;
-  o.direct_io = direct_io;
-  o.fields = std::move(fields);
-  o.decode.field = std::move(decode_field);
-  o.decode.height = decode_height;
-  o.decode.width = decode_width;
-  if (decode) o.decode = *decode;  // crops, flips, normalization, dtype, layout
-  o.read_retries = read_retries;
-  o.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(read_timeout_s * 1000));
-  o.start = {start_epoch, start_position};
-  o.store = MakeStoreOptions(posix_engine, io_threads, op_timeout_s);
-  o.device = std::move(device);
-  o.device_memory_budget = device_memory_budget;
-  o.read_unit = std::move(read_unit);
-  return std::make_unique<LoaderHandle>(uri, o);
-}
-
 // ---- pack, inspect, verify --------------------------------------------------
 
 py::dict PackDataset(const std::string& src, const std::string& dst, uint64_t shard_bytes,
@@ -773,9 +734,10 @@ py::dict CheckpointManifestDict(const CheckpointManifest& m) {
 // An asynchronous save, for stoker.checkpoint.SaveHandle.
 class SaveHandleWrapper {
  public:
-  explicit SaveHandleWrapper(SaveHandle h) : handle_(std::move(h)) {}
+  explicit SaveHandleWrapper(SaveHandle h) : handle_(std::move(h)), pid_(getpid()) {}
 
   bool Done() const {
+    CheckProcess();
     py::gil_scoped_release release;
     return handle_.Done();
   }
@@ -784,6 +746,7 @@ class SaveHandleWrapper {
   // the save's error. A save that itself failed with TimedOut (the commit
   // timeout) is told from a wait that timed out by Done().
   bool Wait(std::optional<double> timeout_s) const {
+    CheckProcess();
     Status s;
     {
       py::gil_scoped_release release;
@@ -805,7 +768,17 @@ class SaveHandleWrapper {
   const std::string& name() const { return handle_.name(); }
 
  private:
+  // A forked child has the handle but not the threads writing the save.
+  void CheckProcess() const {
+    if (getpid() != pid_) {
+      throw std::runtime_error(
+          "this stoker.SaveHandle belongs to another process (fork): its save is written by "
+          "the parent");
+    }
+  }
+
   SaveHandle handle_;
+  pid_t pid_;
 };
 
 // One checkpoint root, kept open so that asynchronous saves reuse its staging
@@ -860,22 +833,24 @@ class CheckpointerHandle {
     return d;
   }
 
-  // Restores tensors straight into caller memory: `dst` is (name, address,
-  // nbytes) of memory the Python caller keeps alive and does not touch for
-  // the call (a CPU torch tensor's storage, a numpy array's data), exactly
-  // the tensor's size. Returns the manifest.
-  py::dict RestoreInto(const std::string& name, uint32_t rank, uint32_t world_size,
-                       const std::vector<std::tuple<std::string, uintptr_t, size_t>>& dst) {
-    RestoreOptions o;
-    o.rank = rank;
-    o.world_size = world_size;
-    std::vector<TensorDestination> d;
-    d.reserve(dst.size());
-    for (const auto& [tensor, address, nbytes] : dst) {
-      d.push_back({tensor, {reinterpret_cast<std::byte*>(address), nbytes}});
-    }
-    return CheckpointManifestDict(
-        Unwrap(Run([&](Checkpointer& c) { return c.RestoreInto(name, d, o); })));
+  // stoker.save's state, walked by _encode_state (ckpt_state.cc).
+  void SaveState(const std::string& name, const PyEncodedState& state, const SaveOptions& options) {
+    Check(Run([&](Checkpointer& c) { return c.Save(name, state.encoded.tensors, options); }));
+  }
+
+  SaveHandleWrapper SaveStateAsync(const std::string& name, const PyEncodedState& state,
+                                   const SaveOptions& options) {
+    return SaveHandleWrapper(Unwrap(
+        Run([&](Checkpointer& c) { return c.SaveAsync(name, state.encoded.tensors, options); })));
+  }
+
+  // stoker.load, one call: see LoadPyState.
+  py::object LoadState(const std::string& name, const StateLoadOptions& options, py::object device,
+                       py::object into) {
+    PyLoadArgs args{name, options, std::move(device), std::move(into), uri_};
+    return LoadPyState(
+        [this](const std::function<Result<LoadedState>(Checkpointer&)>& f) { return Run(f); },
+        args);
   }
 
   py::dict ReadManifest(const std::string& name) {
@@ -903,8 +878,11 @@ class CheckpointerHandle {
     return out;
   }
 
-  std::string Latest() {
-    return Unwrap(Run([](Checkpointer& c) { return c.Latest(); }));
+  // The name `latest` points to; None when nothing was committed.
+  std::optional<std::string> Latest() {
+    Result<std::string> r = Run([](Checkpointer& c) { return c.Latest(); });
+    if (r.status().code() == Code::kNotFound) return std::nullopt;
+    return Unwrap(std::move(r));
   }
   std::string ClaimName() {
     return Unwrap(Run([](Checkpointer& c) { return c.ClaimName(); }));
@@ -941,6 +919,11 @@ class CheckpointerHandle {
   // here, still without the GIL.
   template <typename F>
   auto Run(F f) -> decltype(f(std::declval<Checkpointer&>())) {
+    if (getpid() != pid_) {
+      throw std::runtime_error(
+          "this stoker.Checkpointer was created in another process: a forked child cannot use "
+          "it (its threads do not exist here); make a new one in the child");
+    }
     std::optional<decltype(f(std::declval<Checkpointer&>()))> result;
     {
       py::gil_scoped_release release;
@@ -956,27 +939,83 @@ class CheckpointerHandle {
   }
 
   const std::string uri_;
+  const pid_t pid_ = getpid();
   std::mutex mu_;
   std::shared_ptr<Checkpointer> ckpt_;
 };
 
-std::unique_ptr<CheckpointerHandle> MakeCheckpointer(const std::string& uri, uint32_t io_threads,
-                                                     uint32_t write_retries,
-                                                     std::string posix_engine,
-                                                     uint32_t store_io_threads, double op_timeout_s,
-                                                     bool direct_io) {
-  CheckpointerOptions o;
-  o.io_threads = io_threads;
-  o.write_retries = write_retries;
-  o.store = MakeStoreOptions(posix_engine, store_io_threads, op_timeout_s);
-  o.store.direct_writes = direct_io;
-  o.direct_reads = direct_io;
-  return std::make_unique<CheckpointerHandle>(uri, o);
-}
-
 // ---- end of checkpoints -----------------------------------------------------
 
+// ---- option structs, field by field (their defaults are C++'s) -------------
+
+// A std::chrono::milliseconds member as seconds (a float).
+template <typename C>
+void SecondsProperty(py::class_<C>& c, const char* name, std::chrono::milliseconds C::*member) {
+  c.def_property(
+      name, [member](const C& o) { return (o.*member).count() / 1000.0; },
+      [member](C& o, double s) {
+        o.*member = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+      });
+}
+
+void BindOptions(py::module_& m) {
+  py::class_<StoreOptions> store(m, "_StoreOptions");
+  store.def(py::init<>())
+      .def_readwrite("posix_engine", &StoreOptions::posix_engine)
+      .def_readwrite("io_threads", &StoreOptions::io_threads)
+      .def_readwrite("direct_writes", &StoreOptions::direct_writes);
+  SecondsProperty(store, "op_timeout_s", &StoreOptions::op_timeout);
+  py::class_<LoaderState>(m, "_LoaderState")
+      .def(py::init<>())
+      .def_readwrite("epoch", &LoaderState::epoch)
+      .def_readwrite("position", &LoaderState::position)
+      .def_readwrite("version", &LoaderState::version)
+      .def_readwrite("dataset_id", &LoaderState::dataset_id)
+      .def_readwrite("seed", &LoaderState::seed)
+      .def_readwrite("shuffle", &LoaderState::shuffle)
+      .def_readwrite("shuffle_window_shards", &LoaderState::shuffle_window_shards)
+      .def_readwrite("world_size", &LoaderState::world_size);
+  m.attr("LOADER_STATE_VERSION") = kLoaderStateVersion;
+  py::class_<LoaderOptions> lo(m, "_LoaderOptions");
+  lo.def(py::init<>())
+      .def_readwrite("batch_size", &LoaderOptions::batch_size)
+      .def_readwrite("shuffle", &LoaderOptions::shuffle)
+      .def_readwrite("seed", &LoaderOptions::seed)
+      .def_readwrite("shuffle_window_shards", &LoaderOptions::shuffle_window_shards)
+      .def_readwrite("rank", &LoaderOptions::rank)
+      .def_readwrite("world_size", &LoaderOptions::world_size)
+      .def_readwrite("drop_last", &LoaderOptions::drop_last)
+      .def_readwrite("reads_in_flight", &LoaderOptions::reads_in_flight)
+      .def_readwrite("memory_budget", &LoaderOptions::memory_budget)
+      .def_readwrite("prefetch_batches", &LoaderOptions::prefetch_batches)
+      .def_readwrite("threads", &LoaderOptions::threads)
+      .def_readwrite("direct_io", &LoaderOptions::direct_io)
+      .def_readwrite("read_unit", &LoaderOptions::read_unit)
+      .def_readwrite("fields", &LoaderOptions::fields)
+      .def_readwrite("decode", &LoaderOptions::decode)
+      .def_readwrite("read_retries", &LoaderOptions::read_retries)
+      .def_readwrite("start", &LoaderOptions::start)
+      .def_readwrite("store", &LoaderOptions::store)
+      .def_readwrite("device", &LoaderOptions::device)
+      .def_readwrite("device_memory_budget", &LoaderOptions::device_memory_budget)
+      .def_readwrite("cache_dir", &LoaderOptions::cache_dir)
+      .def_readwrite("cache_bytes", &LoaderOptions::cache_bytes)
+      .def_readwrite("cache_policy", &LoaderOptions::cache_policy)
+      .def_readwrite("ranks_per_node", &LoaderOptions::ranks_per_node)
+      .def_readwrite("node_affinity", &LoaderOptions::node_affinity);
+  SecondsProperty(lo, "read_timeout_s", &LoaderOptions::read_timeout);
+  py::class_<CheckpointerOptions>(m, "_CheckpointerOptions")
+      .def(py::init<>())
+      .def_readwrite("io_threads", &CheckpointerOptions::io_threads)
+      .def_readwrite("write_retries", &CheckpointerOptions::write_retries)
+      .def_readwrite("direct_reads", &CheckpointerOptions::direct_reads)
+      .def_readwrite("store", &CheckpointerOptions::store);
+}
+
 }  // namespace
+
+[[noreturn]] void ThrowStatus(const Status& s) { Throw(s); }
+
 }  // namespace stoker::python
 
 // ---- metrics (stoker.metrics is the Python side) ----
@@ -1115,26 +1154,19 @@ PYBIND11_MODULE(_stoker, m) {
   m.def("_built_with_cuda", &stoker::BuiltWithCuda);
 
   BindDecode(m);
+  BindOptions(m);
 
   py::class_<LoaderHandle>(m, "_Loader")
-      .def(py::init(&MakeLoader), py::arg("uri"), py::arg("batch_size"), py::arg("shuffle"),
-           py::arg("seed"), py::arg("shuffle_window_shards"), py::arg("rank"),
-           py::arg("world_size"), py::arg("drop_last"), py::arg("reads_in_flight"),
-           py::arg("memory_budget"), py::arg("prefetch_batches"), py::arg("threads"),
-           py::arg("direct_io"), py::arg("fields"), py::arg("decode_field"),
-           py::arg("decode_height"), py::arg("decode_width"), py::arg("read_retries"),
-           py::arg("read_timeout_s"), py::arg("start_epoch"), py::arg("start_position"),
-           py::arg("posix_engine"), py::arg("io_threads"), py::arg("op_timeout_s"),
-           py::arg("device") = "", py::arg("device_memory_budget") = 0,
-           py::arg("read_unit") = "auto", py::arg("decode") = py::none(), py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = 0, py::arg("cache_policy") = "planned",
-           py::arg("ranks_per_node") = 0, py::arg("node_affinity") = false)
+      .def(py::init<const std::string&, const st::LoaderOptions&>(), py::arg("uri"),
+           py::arg("options"))
       .def("next", &LoaderHandle::Next)
       .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
            py::arg("signed_ids"))
       .def("start_epoch", &LoaderHandle::StartEpoch, py::arg("epoch"), py::arg("position"))
       .def("num_batches", &LoaderHandle::NumBatches)
       .def("state", &LoaderHandle::State)
+      .def("identified_state", &LoaderHandle::Identified, py::arg("epoch"), py::arg("position"))
+      .def("check_resume", &LoaderHandle::CheckResume, py::arg("state"))
       .def("stats", &LoaderHandle::Stats)
       .def("close", &LoaderHandle::Close)
       .def("abandon", &LoaderHandle::Abandon)
@@ -1175,23 +1207,39 @@ PYBIND11_MODULE(_stoker, m) {
   // Constants defined once, in C++.
   m.attr("DEFAULT_CHUNK_BYTES") = st::kDefaultChunkBytes;
   m.attr("MAX_TENSOR_NAME_BYTES") = st::kMaxTensorNameBytes;
+  m.attr("MAX_CHECKPOINT_RANKS") = st::kMaxCheckpointRanks;
   m.attr("MAX_DECODE_SIDE") = st::kMaxDecodeSide;
+  py::class_<st::StateLoadOptions>(m, "_StateLoadOptions")
+      .def(py::init<>())
+      .def_readwrite("rank", &st::StateLoadOptions::rank)
+      .def_readwrite("world_size", &st::StateLoadOptions::world_size)
+      .def_readwrite("any_world_if_single", &st::StateLoadOptions::any_world_if_single)
+      .def_readwrite("all_ranks", &st::StateLoadOptions::all_ranks);
+  py::class_<PyEncodedState, std::shared_ptr<PyEncodedState>>(m, "_EncodedState")
+      .def_property_readonly("nbytes", [](const PyEncodedState& s) {
+        return s.encoded.tensor_bytes + s.encoded.document.size();
+      });
+  m.def("_encode_state", &EncodePyState, py::arg("state"),
+        "A state's tensors and structure document (docs/checkpoint.md §8), for save_state.");
   py::class_<SaveHandleWrapper>(m, "_SaveHandle")
       .def("done", &SaveHandleWrapper::Done)
       .def("wait", &SaveHandleWrapper::Wait, py::arg("timeout_s") = py::none())
       .def_property_readonly("name", &SaveHandleWrapper::name);
   py::class_<CheckpointerHandle>(m, "_Checkpointer")
-      .def(py::init(&MakeCheckpointer), py::arg("uri"), py::arg("io_threads"),
-           py::arg("write_retries"), py::arg("posix_engine"), py::arg("store_io_threads"),
-           py::arg("op_timeout_s"), py::arg("direct_io"))
+      .def(py::init<const std::string&, const st::CheckpointerOptions&>(), py::arg("uri"),
+           py::arg("options"))
       .def("save", &CheckpointerHandle::Save, py::arg("name"), py::arg("tensors"),
            py::arg("options"))
       .def("save_async", &CheckpointerHandle::SaveAsync, py::arg("name"), py::arg("tensors"),
            py::arg("options"))
       .def("restore", &CheckpointerHandle::Restore, py::arg("name"), py::arg("rank"),
            py::arg("world_size"), py::arg("all_ranks"), py::arg("only"))
-      .def("restore_into", &CheckpointerHandle::RestoreInto, py::arg("name"), py::arg("rank"),
-           py::arg("world_size"), py::arg("dst"))
+      .def("save_state", &CheckpointerHandle::SaveState, py::arg("name"), py::arg("state"),
+           py::arg("options"))
+      .def("save_state_async", &CheckpointerHandle::SaveStateAsync, py::arg("name"),
+           py::arg("state"), py::arg("options"))
+      .def("load_state", &CheckpointerHandle::LoadState, py::arg("name"), py::arg("options"),
+           py::arg("map_location"), py::arg("into"))
       .def("read_manifest", &CheckpointerHandle::ReadManifest, py::arg("name"))
       .def("list", &CheckpointerHandle::List)
       .def("latest", &CheckpointerHandle::Latest)

@@ -73,6 +73,9 @@ size_t DTypeSize(DType t);
 
 // The longest tensor name, in bytes of UTF-8 (docs/checkpoint.md §3.1).
 inline constexpr size_t kMaxTensorNameBytes = 1024;
+// The most ranks a checkpoint has (SaveOptions::world_size, the manifest's
+// world_size: docs/checkpoint.md §2.3).
+inline constexpr uint32_t kMaxCheckpointRanks = 65536;
 // SaveOptions::chunk_bytes' default: half RADOS's default
 // osd_max_object_size, large enough that an fsync per chunk costs little.
 inline constexpr uint64_t kDefaultChunkBytes = 64ull << 20;
@@ -430,5 +433,106 @@ Result<StateStructure> ReadStateStructure(Checkpointer& c, std::string_view name
 // InvalidArgument for one that holds no tensor.
 Result<TensorInfo> RestoreStatePath(Checkpointer& c, std::string_view name, std::string_view path,
                                     std::span<std::byte> dst, uint32_t rank = 0);
+
+// ---- Saved states as trees: what a language binding saves and loads --------
+//
+// EncodeState turns a tree of values into the tensors and the structure
+// document that Save takes; LoadState restores a rank's state back into a
+// tree, reading tensors into caller memory where the caller says so. The
+// policy lives here, not in a binding: how tensors are named (key paths made
+// unique and valid), tied tensors stored once, the document's encoding, the
+// world-size rule of a load. A binding only converts its objects (the Python
+// package: python/ckpt_state.cc). Thread safety: values; free functions.
+
+struct StateValue {
+  enum class Kind : uint8_t {
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kStr,
+    kBytes,
+    kComplex,
+    kDType,
+    kDevice,
+    kSize,
+    kNumpy,
+    kList,
+    kTuple,
+    kDict,
+    kODict,
+    kTensor,
+    kParameter,
+    kNdarray,
+  };
+  Kind kind = Kind::kNone;
+  bool flag = false;          // kBool: the value; tensors: requires_grad
+  double real = 0, imag = 0;  // kFloat (real); kComplex
+  // kInt: decimal digits, any size; kStr, kBytes: the bytes; kDType: a
+  // DTypeName; kDevice: e.g. "cuda:0"; kNumpy: the numpy dtype's name;
+  // tensors: the checkpoint tensor's name (set by EncodeState and LoadState).
+  std::string text;
+  // kList, kTuple, kSize (kInt items): the items; kDict, kODict: key, value,
+  // key, value, ...; kNumpy: its one value.
+  std::vector<StateValue> items;
+  // Dict keys: the key as a component of key paths and tensor names (the
+  // Python package: a str as it is, an int in decimal, else its repr).
+  std::string component;
+  // Tensors: element type, shape and bytes (LoadState: in Loaded::memory, or
+  // the caller's destination).
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  std::span<const std::byte> data;
+  // Tensors to save: the same non-empty `tie` is the same tensor (tied
+  // weights), stored once. LoadState: the index of the destination it was
+  // read into, or -1.
+  std::string tie;
+  int64_t destination = -1;
+};
+
+struct EncodedState {
+  std::vector<TensorRef> tensors;  // the state's tensors, then "stoker:structure"
+  std::string document;            // the structure's bytes (tensors.back())
+  uint64_t tensor_bytes = 0;       // of the state's tensors, without the document
+};
+
+// The tensors and structure document of a state (docs/checkpoint.md §8).
+// Tensor names are the key paths joined by '.', "state" for a tensor at the
+// root, cut to fit kMaxTensorNameBytes and made unique with "~2", "~3", ...;
+// each tensor's `text` is set to its name. InvalidArgument for a tree that
+// is no state (a dict with an odd item count, a tag-less value).
+Result<EncodedState> EncodeState(StateValue& root);
+
+struct StateLoadOptions {
+  // The rank to load and the job's world size (0: not checked), as
+  // RestoreOptions. Default: 0 of 0.
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  // A checkpoint of one rank loads as rank 0 whatever rank and world size
+  // say (a replicated state, as torch.load would). Default: off.
+  bool any_world_if_single = false;
+  // Every rank's state. Default: off.
+  bool all_ranks = false;
+};
+
+struct LoadedState {
+  CheckpointManifest manifest;  // of the checkpoint loaded (never "latest")
+  // By rank (every rank with all_ranks, else only the one loaded; rank
+  // parts that are missing come back as empty dicts). A rank saved without
+  // a structure is a dict of its tensors by name.
+  std::vector<StateValue> roots;
+  std::vector<uint32_t> ranks;
+  std::shared_ptr<void> memory;  // owns the tensors not read into destinations
+};
+
+// Loads rank states of checkpoint `name` ("" or "latest": the latest). With
+// `plan`, the caller chooses destinations for one rank's tensors once the
+// structure is known and before anything else is read: it gets the root
+// (tensors without data) and fills `dst`; LoadState reads those tensors into
+// them (each tensor's `destination` says which) and the rest into new memory.
+using StatePlan = std::function<Status(const StateValue& root, const CheckpointManifest& m,
+                                       std::vector<TensorDestination>* dst)>;
+Result<LoadedState> LoadState(Checkpointer& c, std::string_view name,
+                              const StateLoadOptions& options, const StatePlan& plan = nullptr);
 
 }  // namespace stoker

@@ -75,10 +75,11 @@ __all__ = ["Loader", "BytesColumn", "DistributedEnv", "distributed_env"]
 
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
-_DEFAULT_DECODE_SIZE = (224, 224)
 _MAX_DECODE_SIDE = _stoker.MAX_DECODE_SIDE  # DecodeOptions (include/stoker/decode.h)
 _METADATA_KEYS = ("sample_ids", "padding")
-_STATE_VERSION = 1
+# Loader.state_dict()'s identity keys, by LoaderState field (include/stoker/loader.h).
+_IDENTITY = {"dataset_id": "dataset_id", "seed": "seed", "shuffle": "shuffle",
+             "shuffle_window": "shuffle_window_shards", "world_size": "world_size"}
 
 
 # ---- rank and world size from the environment ------------------------------
@@ -100,6 +101,21 @@ def distributed_env(environ=None):
     if r["launcher"] is None:
         return DistributedEnv(0, 1, 0, None)
     return DistributedEnv(r["rank"], r["world_size"], r["local_rank"], r["launcher"])
+
+
+def _rank_world(rank, world_size, maximum=2**32 - 1):
+    """(rank, world_size, " (from LAUNCHER)" or ""): given, else from the environment."""
+    where = ""
+    if rank is None or world_size is None:
+        env = distributed_env()
+        rank = env.rank if rank is None else rank
+        world_size = env.world_size if world_size is None else world_size
+        where = f" (from {env.source})" if env.source else ""
+    rank = _int("rank", rank, 0)
+    world_size = _int("world_size", world_size, 1, maximum)
+    if rank >= world_size:
+        raise ValueError(f"rank {rank} must be below world_size {world_size}{where}")
+    return rank, world_size, where
 
 
 # ---- option checks ---------------------------------------------------------
@@ -138,8 +154,10 @@ _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "fl
 _CROPS = {"resize": 0, "center": 1, "random_resized": 2}
 _DTYPES = {"uint8": 0, "float32": 1, "float16": 2}
 _LAYOUTS = {"NHWC": 0, "NCHW": 1}
-#: torchvision's ImageNet mean and std (normalize=True or "imagenet").
-IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+#: torchvision's ImageNet mean and std (normalize=True or "imagenet"): DecodeOptions'
+#: defaults (include/stoker/decode.h), as the decimals they were written as.
+IMAGENET_NORMALIZE = tuple(tuple(float(str(np.float32(x))) for x in v)
+                           for v in (_stoker._DecodeOptions().mean, _stoker._DecodeOptions().std))
 
 
 def _decode_real(key, value):
@@ -180,11 +198,13 @@ def _decode_choice(key, value, choices, fold=str.lower):
 
 def _decode_options(decode):
     """decode=None | "FIELD" | {"field": "FIELD", "size": (H, W) or S, ...} ->
-    (field, h, w, _stoker._DecodeOptions or None)."""
+    (field, height, width, _stoker._DecodeOptions)."""
+    o = _stoker._DecodeOptions()  # its defaults are C++'s
+    default_size = (o.height, o.width)
     if decode is None:
-        return "", *_DEFAULT_DECODE_SIZE, None
+        return "", *default_size, o
     if isinstance(decode, str):
-        field, size, decode = decode, _DEFAULT_DECODE_SIZE, {}
+        field, size, decode = decode, default_size, {}
     elif isinstance(decode, collections.abc.Mapping):
         for key in decode:
             if key not in _DECODE_KEYS:
@@ -193,7 +213,7 @@ def _decode_options(decode):
         if "field" not in decode:
             raise ValueError("decode needs a 'field': the bytes field holding the JPEGs, "
                              "e.g. decode={'field': 'image', 'size': (224, 224)}")
-        field, size = decode["field"], decode.get("size", _DEFAULT_DECODE_SIZE)
+        field, size = decode["field"], decode.get("size", default_size)
     else:
         raise TypeError("decode must be None, a field name, or a dict with 'field' and 'size', "
                         f"not {type(decode).__name__}")
@@ -208,7 +228,6 @@ def _decode_options(decode):
     if not (1 <= height <= _MAX_DECODE_SIDE and 1 <= width <= _MAX_DECODE_SIDE):
         raise ValueError(f"decode size must be between 1x1 and {_MAX_DECODE_SIDE}x"
                          f"{_MAX_DECODE_SIDE}, got {height}x{width}")
-    o = _stoker._DecodeOptions()
     o.field, o.height, o.width = field, height, width
     if "crop" in decode:
         o.crop = _decode_choice("crop", decode["crop"], _CROPS)
@@ -245,21 +264,22 @@ _STORE_OPTIONS = ("posix_engine", "io_threads", "op_timeout")
 _POSIX_ENGINES = ("auto", "io_uring", "threads")
 
 
-def _store_options(store):
-    """store=None | {"posix_engine": ..., "io_threads": N, "op_timeout": seconds}."""
+def _store_options(store, o):
+    """Sets _stoker._StoreOptions `o` from store=None | {"posix_engine": ...,
+    "io_threads": N, "op_timeout": seconds}; what is not given keeps C++'s default."""
     store = {} if store is None else store
     if not isinstance(store, collections.abc.Mapping):
         raise TypeError(f"store must be a dict of store options, not {type(store).__name__}")
     for key in store:
         if key not in _STORE_OPTIONS:
             raise ValueError(f"unknown store option {key!r} (known: {', '.join(_STORE_OPTIONS)})")
-    engine = store.get("posix_engine", "auto")
-    if engine not in _POSIX_ENGINES:
+    o.posix_engine = store.get("posix_engine", o.posix_engine)
+    if o.posix_engine not in _POSIX_ENGINES:
         raise ValueError(f"store option posix_engine must be one of {_POSIX_ENGINES}, "
-                         f"got {engine!r}")
-    io_threads = _int("store option io_threads", store.get("io_threads", 0), 0, 4096)
-    op_timeout = _seconds("store option op_timeout", store.get("op_timeout", 0), allow_zero=True)
-    return engine, io_threads, op_timeout
+                         f"got {o.posix_engine!r}")
+    o.io_threads = _int("store option io_threads", store.get("io_threads", o.io_threads), 0, 4096)
+    o.op_timeout_s = _seconds("store option op_timeout", store.get("op_timeout", o.op_timeout_s),
+                              allow_zero=True)
 
 
 # ---- batches ----------------------------------------------------------------
@@ -345,7 +365,7 @@ if hasattr(os, "register_at_fork"):
 class Loader:
     """Iterable of batches from the stoker dataset at ``uri``.
 
-    Args:
+    Args (None: LoaderOptions' default, include/stoker/loader.h):
       uri: the dataset: a path, ``file:///path``, ``rados://POOL/PREFIX``, ``mem://NAME``.
       batch_size: samples per batch (the last one of an epoch may be short
         unless drop_last).
@@ -407,9 +427,9 @@ class Loader:
     """
 
     def __init__(self, uri, batch_size, *, shuffle=True, seed=0, rank=None, world_size=None,
-                 drop_last=False, decode=None, fields=None, format="numpy", threads=0,
-                 reads_in_flight=8, memory_budget=0, prefetch=4, shuffle_window=8,
-                 read_retries=3, read_timeout=60.0, direct_io=False, store=None,
+                 drop_last=False, decode=None, fields=None, format="numpy", threads=None,
+                 reads_in_flight=None, memory_budget=None, prefetch=None, shuffle_window=None,
+                 read_retries=None, read_timeout=None, direct_io=False, store=None,
                  device=None, device_memory_budget=0, read_unit="auto", cache=None,
                  cache_bytes=0, cache_policy="planned", ranks_per_node=0, node_affinity=False):
         self._impl = None  # so close() and __repr__ work if a check below raises
@@ -418,23 +438,25 @@ class Loader:
         uri = os.fspath(uri)
         if not uri:
             raise ValueError("uri is empty")
-        self.batch_size = _int("batch_size", batch_size, 1)
-        self.shuffle = _bool("shuffle", shuffle)
-        self.seed = _int("seed", seed, 0, _U64)
-        self.drop_last = _bool("drop_last", drop_last)
-        shuffle_window = _int("shuffle_window", shuffle_window, 1)
-        if rank is None or world_size is None:
-            env = distributed_env()
-            rank = env.rank if rank is None else rank
-            world_size = env.world_size if world_size is None else world_size
-            where = f" (from {env.source})" if env.source else ""
-        else:
-            where = ""
-        self.rank = _int("rank", rank, 0)
-        self.world_size = _int("world_size", world_size, 1)
-        if self.rank >= self.world_size:
-            raise ValueError(f"rank {self.rank} must be below world_size {self.world_size}{where}")
-        decode_field, decode_height, decode_width, decode_options = _decode_options(decode)
+        # Options left None keep LoaderOptions' defaults (include/stoker/loader.h).
+        o = _stoker._LoaderOptions()
+        o.batch_size = self.batch_size = _int("batch_size", batch_size, 1)
+        o.shuffle = self.shuffle = _bool("shuffle", shuffle)
+        o.seed = self.seed = _int("seed", seed, 0, _U64)
+        o.drop_last = self.drop_last = _bool("drop_last", drop_last)
+        for field, name, value, check, *limits in (
+                ("shuffle_window_shards", "shuffle_window", shuffle_window, _int, 1),
+                ("reads_in_flight", "reads_in_flight", reads_in_flight, _int, 1),
+                ("memory_budget", "memory_budget", memory_budget, _int, 0, _U64),
+                ("prefetch_batches", "prefetch", prefetch, _int, 0),
+                ("threads", "threads", threads, _int, 0, 4096),
+                ("read_retries", "read_retries", read_retries, _int, 0),
+                ("read_timeout_s", "read_timeout", read_timeout, _seconds)):
+            if value is not None:
+                setattr(o, field, check(name, value, *limits))
+        o.rank, o.world_size, _ = _rank_world(rank, world_size)
+        self.rank, self.world_size = o.rank, o.world_size
+        o.decode = _decode_options(decode)[3]
         if fields is not None:
             if isinstance(fields, str) or not isinstance(fields, collections.abc.Iterable):
                 raise TypeError("fields must be a list of field names")
@@ -455,7 +477,7 @@ class Loader:
             raise ValueError("format='dlpack' is for device delivery (device='cuda:N')")
         self.device = device or None
         self.format = format
-        engine, io_threads, op_timeout = _store_options(store)
+        _store_options(store, o.store)
         if read_unit not in ("auto", "shard", "sample"):
             raise ValueError(f"read_unit must be 'auto', 'shard' or 'sample', got {read_unit!r}")
         # The node cache (a folder on local disk shared by the node's ranks
@@ -465,28 +487,17 @@ class Loader:
         if cache_policy not in ("planned", "lru"):
             raise ValueError(f"cache_policy must be 'planned' or 'lru', got {cache_policy!r}")
 
-        self._impl = _stoker._Loader(
-            uri=uri, batch_size=self.batch_size, shuffle=self.shuffle, seed=self.seed,
-            shuffle_window_shards=shuffle_window, rank=self.rank, world_size=self.world_size,
-            drop_last=self.drop_last,
-            reads_in_flight=_int("reads_in_flight", reads_in_flight, 1),
-            memory_budget=_int("memory_budget", memory_budget, 0, _U64),
-            prefetch_batches=_int("prefetch", prefetch, 0),
-            threads=_int("threads", threads, 0, 4096), direct_io=_bool("direct_io", direct_io),
-            fields=fields or [], decode_field=decode_field, decode_height=decode_height,
-            decode_width=decode_width, read_retries=_int("read_retries", read_retries, 0),
-            read_timeout_s=_seconds("read_timeout", read_timeout), start_epoch=0,
-            start_position=0, posix_engine=engine, io_threads=io_threads,
-            op_timeout_s=op_timeout, device=device,
-            device_memory_budget=_int("device_memory_budget", device_memory_budget, 0, _U64),
-            read_unit=read_unit, decode=decode_options, cache_dir=cache,
-            cache_bytes=_int("cache_bytes", cache_bytes, 0, _U64), cache_policy=cache_policy,
-            ranks_per_node=_int("ranks_per_node", ranks_per_node, 0),
-            node_affinity=_bool("node_affinity", node_affinity))
+        o.fields, o.device, o.read_unit, o.cache_dir, o.cache_policy = \
+            fields or [], device, read_unit, cache, cache_policy
+        o.direct_io = _bool("direct_io", direct_io)
+        o.device_memory_budget = _int("device_memory_budget", device_memory_budget, 0, _U64)
+        o.cache_bytes = _int("cache_bytes", cache_bytes, 0, _U64)
+        o.ranks_per_node = _int("ranks_per_node", ranks_per_node, 0)
+        o.node_affinity = _bool("node_affinity", node_affinity)
+        self._impl = _stoker._Loader(uri, o)
         self.uri = uri
         self.read_unit = self._impl.read_unit  # what "auto" chose
         self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
-        self._shuffle_window = shuffle_window
         delivered = fields or [f["name"] for f in self.info["fields"]]
         for name in _METADATA_KEYS:
             if name in delivered:
@@ -577,16 +588,12 @@ class Loader:
             epoch, position = self._final
         else:
             epoch, position = self._impl.state()
-        return {
-            "version": _STATE_VERSION,
-            "epoch": epoch,
-            "position": position,  # global samples consumed, by all ranks together
-            "samples": self.info["samples"],
-            "dataset_id": self.info["dataset_id"],
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "shuffle_window": self._shuffle_window,
-        }
+        s = self._impl.identified_state(epoch, position)  # versioned, with the identity
+        state = {"version": s.version, "epoch": s.epoch,
+                 "position": s.position,  # global samples consumed, by all ranks together
+                 "samples": self.info["samples"]}
+        state.update((key, getattr(s, field)) for key, field in _IDENTITY.items())
+        return state
 
     def load_state_dict(self, state):
         """Makes the next iter() resume from `state` (from state_dict(), on any
@@ -598,22 +605,18 @@ class Loader:
         if missing:
             raise ValueError(f"state is missing {', '.join(missing)}: not a stoker.Loader "
                              "state_dict()")
-        if state.get("version", _STATE_VERSION) != _STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')} is not supported "
-                             f"(this stoker writes version {_STATE_VERSION})")
-        epoch = _int("state epoch", state["epoch"], 0, _U64)
-        position = _int("state position", state["position"], 0, _U64)
-        if position > self.info["samples"]:
-            raise ValueError(f"state position {position} is past the end of the dataset "
-                             f"({self.info['samples']} samples)")
-        if "dataset_id" in state and state["dataset_id"] != self.info["dataset_id"]:
-            raise ValueError(f"state was saved for dataset {state['dataset_id']}, this loader "
-                             f"reads {self.info['dataset_id']} ({self.uri})")
-        mine = {"seed": self.seed, "shuffle": self.shuffle, "shuffle_window": self._shuffle_window}
-        for key, value in mine.items():
-            if key in state and state[key] != value:
-                raise ValueError(f"state was saved with {key}={state[key]!r}, this loader has "
-                                 f"{key}={value!r}: the position would select other samples")
+        # C++ checks the identity (CheckResumeState). A state without one (made
+        # by hand) is a bare position; identity keys it lacks are this loader's.
+        s = self._impl.identified_state(_int("state epoch", state["epoch"], 0, _U64),
+                                        _int("state position", state["position"], 0, _U64))
+        if any(key in state for key in _IDENTITY):
+            s.version = _int("state version", state.get("version", s.version), 0)
+            for key, field in _IDENTITY.items():
+                setattr(s, field, state.get(key, getattr(s, field)))
+        else:
+            s.version = 0
+        self._impl.check_resume(s)
+        epoch, position = s.epoch, s.position
         self._epoch = epoch
         self._resume = position
         self._started = False

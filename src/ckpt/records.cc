@@ -277,7 +277,7 @@ Status DecodeCommon(const json& root, uint32_t header_version, std::string_view 
   STOKER_RETURN_IF_ERROR(c.GetString(root, "name", "name", &s));
   if (*s != name)
     return c.Error("name", "'" + *s + "', but it lies under '" + std::string(name) + "'");
-  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "world_size", "world_size", 65536, &u));
+  STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "world_size", "world_size", kMaxCheckpointRanks, &u));
   if (u == 0) return c.Error("world_size", "0");
   *world_size = static_cast<uint32_t>(u);
   STOKER_RETURN_IF_ERROR(c.GetString(root, "attempt", "attempt", &s));

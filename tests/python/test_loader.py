@@ -288,7 +288,7 @@ def test_load_state_dict_refuses_a_state_of_something_else(tmp_path, dataset):
     uri, src = dataset
     loader = stoker.Loader(uri, 8, seed=1, world_size=1, rank=0)
     state = loader.state_dict()
-    with pytest.raises(ValueError, match="seed=1"):
+    with pytest.raises(ValueError, match="seed 1, this loader has 2"):  # C++'s message
         stoker.Loader(uri, 8, seed=2, world_size=1, rank=0).load_state_dict(state)
     with pytest.raises(ValueError, match="shuffle"):
         stoker.Loader(uri, 8, seed=1, shuffle=False, world_size=1, rank=0).load_state_dict(state)
@@ -301,6 +301,43 @@ def test_load_state_dict_refuses_a_state_of_something_else(tmp_path, dataset):
         loader.load_state_dict({"epoch": 1})
     with pytest.raises(TypeError):
         loader.load_state_dict([0, 0])
+
+
+def test_resume_identity_is_checked_in_cpp_and_old_states_still_load(dataset):
+    uri, src = dataset
+    saver = stoker.Loader(uri, 8, seed=1, shuffle_window=4, world_size=2, rank=0)
+    state = saver.state_dict()
+    assert state["version"] == stoker._stoker.LOADER_STATE_VERSION
+    assert (state["dataset_id"], state["seed"], state["shuffle"], state["shuffle_window"],
+            state["world_size"]) == (saver.info["dataset_id"], 1, True, 4, 2)
+    # The previous version's dict (no world_size), a bare position and a part
+    # of the identity all load; keys a state lacks are not checked.
+    previous = {k: v for k, v in state.items() if k != "world_size"}
+    for old in (dict(previous, position=16), {"epoch": 0, "position": 16},
+                {"epoch": 0, "position": 16, "seed": 1}):
+        loader = stoker.Loader(uri, 8, seed=1, shuffle_window=4, world_size=1, rank=0)
+        loader.load_state_dict(old)
+        assert loader.state_dict()["position"] == 16
+        assert len(collect_ids(loader)) == len(loader) - 2
+    stoker.Loader(uri, 8, seed=9, world_size=1, rank=0).load_state_dict({"epoch": 0, "position": 8})
+    # A mismatch raises C++'s message (CheckResumeState), word for word.
+    tail = ": the position would select other samples"
+    for kwargs, message in (
+            ({"seed": 2}, "resume state was saved with seed 1, this loader has 2" + tail),
+            ({"shuffle_window": 8},
+             "resume state was saved with shuffle_window_shards 4, this loader has 8" + tail),
+            ({"shuffle": False}, "resume state was saved with shuffle 1, this loader has 0" + tail)):
+        loader = stoker.Loader(uri, 8, **{"seed": 1, "shuffle_window": 4, **kwargs},
+                               world_size=1, rank=0)
+        for old in (state, previous, {"epoch": 0, "position": 0, **{k: state[k] for k in kwargs}}):
+            with pytest.raises(stoker.InvalidArgumentError) as info:
+                loader.load_state_dict(old)
+            assert str(info.value) == message
+    with pytest.raises(stoker.InvalidArgumentError,
+                       match=f"saved for dataset 0123, this loader reads {state['dataset_id']}"):
+        saver.load_state_dict(dict(state, dataset_id="0123"))
+    with pytest.raises(stoker.UnsupportedError, match="newer stoker"):
+        saver.load_state_dict(dict(state, version=state["version"] + 1))
 
 
 def test_context_manager_closes(dataset):

@@ -1,0 +1,631 @@
+// Python objects <-> the C++ state trees of saved checkpoints (ckpt_state.h).
+#include "ckpt_state.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <exception>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace stoker::python {
+namespace {
+
+using Kind = StateValue::Kind;
+
+// numpy dtypes a checkpoint stores, by checkpoint dtype name (§3.3);
+// bfloat16 and float8 have none.
+const std::unordered_set<std::string> kNumpyNames = {
+    "bool",  "uint8",  "int8",    "int16",   "uint16",  "int32",     "uint32",
+    "int64", "uint64", "float16", "float32", "float64", "complex64", "complex128"};
+
+std::string Str(py::handle h) { return py::str(h).cast<std::string>(); }
+std::string Repr(py::handle h) { return py::repr(h).cast<std::string>(); }
+std::string Format(const char* fmt, py::args args) {
+  return Str(py::str(fmt).attr("format")(*args));
+}
+
+// A torch dtype's checkpoint name ("float32"), or "" where there is none.
+std::string TorchDTypeName(py::handle dtype) {
+  std::string s = Str(dtype);
+  if (s.rfind("torch.", 0) != 0) return "";
+  s = s.substr(6);
+  return ParseDType(s).ok() ? s : "";
+}
+
+// The numpy dtype's checkpoint name (byte order aside), or "".
+std::string NumpyName(py::handle dtype) {
+  std::string s = Str(dtype.attr("name"));
+  return kNumpyNames.contains(s) ? s : "";
+}
+
+// ---- saving -------------------------------------------------------------------
+
+class Encoder {
+ public:
+  explicit Encoder(PyEncodedState* out) : out_(out) {
+    py::object modules = py::module_::import("sys").attr("modules");
+    if (modules.contains("torch")) torch_ = modules["torch"];  // else no tensors
+    np_ = py::module_::import("numpy");
+    odict_ = py::module_::import("collections").attr("OrderedDict");
+  }
+
+  StateValue Encode(py::handle value, const std::string& where) {
+    StateValue v;
+    PyObject* p = value.ptr();
+    if (value.is_none()) return v;
+    if (PyBool_Check(p)) {
+      v.kind = Kind::kBool;
+      v.flag = p == Py_True;
+      return v;
+    }
+    if (PyUnicode_CheckExact(p)) {
+      Py_ssize_t n = 0;
+      const char* utf8 = PyUnicode_AsUTF8AndSize(p, &n);
+      if (utf8 == nullptr) {  // a lone surrogate: no UTF-8, no JSON string
+        PyErr_Clear();
+        throw py::type_error("cannot save " + where +
+                             ": a str that is not valid Unicode (a lone surrogate)");
+      }
+      return Text(Kind::kStr, std::string(utf8, size_t(n)));
+    }
+    if (PyLong_CheckExact(p)) return Text(Kind::kInt, Str(value));
+    if (PyFloat_CheckExact(p)) {
+      v.kind = Kind::kFloat;
+      v.real = PyFloat_AS_DOUBLE(p);
+      return v;
+    }
+    py::handle type = value.get_type();
+    if (torch_) {
+      if (py::isinstance(value, torch_.attr("Tensor"))) return Tensor(value, where);
+      if (type.is(torch_.attr("Size"))) {
+        v.kind = Kind::kSize;
+        for (py::handle x : value) v.items.push_back(Text(Kind::kInt, Str(x)));
+        return v;
+      }
+      if (type.is(torch_.attr("dtype"))) {
+        v = Text(Kind::kDType, TorchDTypeName(value));
+        if (v.text.empty()) {
+          throw py::type_error(where + " is " + Str(value) +
+                               ", a torch dtype a checkpoint does not store");
+        }
+        return v;
+      }
+      if (type.is(torch_.attr("device"))) return Text(Kind::kDevice, Str(value));
+    }
+    if (PyDict_CheckExact(p) || type.is(odict_) || PyList_CheckExact(p) || PyTuple_CheckExact(p)) {
+      return Container(value, where);
+    }
+    if (PyComplex_CheckExact(p)) {
+      v.kind = Kind::kComplex;
+      v.real = PyComplex_RealAsDouble(p);
+      v.imag = PyComplex_ImagAsDouble(p);
+      return v;
+    }
+    if (PyBytes_CheckExact(p)) return Text(Kind::kBytes, value.cast<std::string>());
+    if (py::isinstance(value, np_.attr("ndarray")) &&
+        (type.is(np_.attr("ndarray")) || type.is(np_.attr("memmap")))) {
+      return Ndarray(value, where);
+    }
+    if (py::isinstance(value, np_.attr("generic")) && !NumpyName(value.attr("dtype")).empty()) {
+      v = Text(Kind::kNumpy, NumpyName(value.attr("dtype")));
+      v.items.push_back(Encode(value.attr("item")(), where));
+      return v;
+    }
+    throw py::type_error("cannot save " + where + ": a " + Str(type.attr("__module__")) + "." +
+                         Str(type.attr("__qualname__")) +
+                         ", which a stoker checkpoint does not store (it stores tensors, numpy "
+                         "arrays, dicts, lists, tuples, None, bool, int, float, complex, str, "
+                         "bytes, torch dtypes and devices)");
+  }
+
+ private:
+  static StateValue Text(Kind kind, std::string text) {
+    StateValue v;
+    v.kind = kind;
+    v.text = std::move(text);
+    return v;
+  }
+
+  StateValue Container(py::handle value, const std::string& where) {
+    if (!active_.insert(value.ptr()).second) {
+      throw py::type_error("cannot save " + where + ": it contains itself");
+    }
+    if (active_.size() > kMaxDepth) {  // as the document's readers allow
+      active_.erase(value.ptr());
+      throw py::value_error("cannot save " + where + ": nested deeper than " +
+                            std::to_string(kMaxDepth) + " containers");
+    }
+    StateValue v;
+    try {
+      if (PyDict_Check(value.ptr())) {
+        v.kind = value.get_type().is(odict_) ? Kind::kODict : Kind::kDict;
+        // items(): an OrderedDict's own order (move_to_end), not its dict's.
+        for (py::handle item : value.attr("items")()) {
+          py::object k = item[py::int_(0)], x = item[py::int_(1)];
+          if ((torch_ && py::isinstance(k, torch_.attr("Tensor"))) ||
+              py::isinstance(k, np_.attr("ndarray"))) {
+            throw py::type_error("cannot save " + where + ": a tensor as a dict key");
+          }
+          StateValue key = Encode(k, "a key of " + where);
+          key.component = PyUnicode_CheckExact(k.ptr()) ? Str(k)
+                          : PyLong_CheckExact(k.ptr())  ? Str(k)
+                                                        : Repr(k);
+          v.items.push_back(std::move(key));
+          v.items.push_back(Encode(x, where + "[" + Repr(k) + "]"));
+        }
+      } else {
+        v.kind = PyList_CheckExact(value.ptr()) ? Kind::kList : Kind::kTuple;
+        size_t i = 0;
+        for (py::handle x : value) {
+          v.items.push_back(Encode(x, where + "[" + std::to_string(i++) + "]"));
+        }
+      }
+    } catch (...) {
+      active_.erase(value.ptr());
+      throw;
+    }
+    active_.erase(value.ptr());
+    return v;
+  }
+
+  StateValue Tensor(py::handle value, const std::string& where) {
+    if (!value.attr("layout").is(torch_.attr("strided"))) {
+      throw py::type_error("cannot save " + where + ": a " + Str(value.attr("layout")) +
+                           " tensor (only dense ones)");
+    }
+    const bool quantized = value.attr("is_quantized").cast<bool>();
+    if (quantized || Str(value.attr("device").attr("type")) == "meta") {
+      throw py::type_error("cannot save " + where + ": a " +
+                           std::string(quantized ? "quantized" : "meta") + " tensor");
+    }
+    StateValue v;
+    const std::string dtype = TorchDTypeName(value.attr("dtype"));
+    if (dtype.empty()) {
+      throw py::type_error("cannot save " + where + ": dtype " + Str(value.attr("dtype")) +
+                           " has no checkpoint type");
+    }
+    v.kind = py::isinstance(value, torch_.attr("nn").attr("Parameter")) ? Kind::kParameter
+                                                                        : Kind::kTensor;
+    v.flag = value.attr("requires_grad").cast<bool>();
+    v.dtype = ParseDType(dtype).value();
+    if (value.attr("numel")().cast<int64_t>() > 0) {  // the same view of the same memory
+      v.tie = Str(py::make_tuple(Str(value.attr("device")), value.attr("data_ptr")(),
+                                 value.attr("dtype"), value.attr("shape"), value.attr("stride")()));
+    }
+    auto seen = v.tie.empty() ? ties_.end() : ties_.find(v.tie);
+    if (seen != ties_.end()) {  // stored once, by EncodeState; no second copy
+      v.shape = seen->second.shape;
+      v.data = seen->second.data;
+      return v;
+    }
+    py::object t = value.attr("detach")();
+    if (Str(t.attr("device").attr("type")) != "cpu") t = t.attr("to")("cpu");
+    if (t.attr("is_conj")().cast<bool>()) t = t.attr("resolve_conj")();
+    if (t.attr("is_neg")().cast<bool>()) t = t.attr("resolve_neg")();
+    if (!t.attr("is_contiguous")().cast<bool>()) t = t.attr("contiguous")();
+    v.shape = t.attr("shape").cast<std::vector<int64_t>>();
+    const auto nbytes = t.attr("numel")().cast<size_t>() * t.attr("element_size")().cast<size_t>();
+    v.data = {reinterpret_cast<const std::byte*>(t.attr("data_ptr")().cast<uintptr_t>()), nbytes};
+    out_->keep.append(t);
+    if (!v.tie.empty()) ties_.emplace(v.tie, v);
+    return v;
+  }
+
+  StateValue Ndarray(py::handle value, const std::string& where) {
+    py::object dtype = value.attr("dtype");
+    const std::string name = NumpyName(dtype);
+    if (name.empty())
+      throw py::type_error("cannot save " + where + ": a numpy array of " + Str(dtype));
+    py::array a =
+        np_.attr("ascontiguousarray")(value, py::arg("dtype") = dtype.attr("newbyteorder")("="));
+    StateValue v = Text(Kind::kNdarray, "");
+    v.dtype = ParseDType(name).value();
+    v.shape.assign(a.shape(), a.shape() + a.ndim());
+    v.data = {static_cast<const std::byte*>(a.data()), size_t(a.nbytes())};
+    out_->keep.append(a);
+    return v;
+  }
+
+  static constexpr size_t kMaxDepth = 60;
+  PyEncodedState* out_;
+  py::object torch_, np_, odict_;
+  std::unordered_set<PyObject*> active_;  // the containers being walked (cycles)
+  std::unordered_map<std::string, StateValue> ties_;
+};
+
+// ---- loading ------------------------------------------------------------------
+
+// Builds Python values from a loaded tree: tensors over the restored memory
+// (`owner` keeps it), moved to `device` unless it is None; tensors in
+// `given` (load(into=...)) are those objects.
+class Decoder {
+ public:
+  Decoder(py::object owner, py::object device, const std::string& where)
+      : owner_(std::move(owner)), device_(std::move(device)), where_(where) {
+    np_ = py::module_::import("numpy");
+  }
+
+  std::unordered_map<std::string, py::object> given;
+
+  py::object Value(const StateValue& v) {
+    switch (v.kind) {
+      case Kind::kNone:
+        return py::none();
+      case Kind::kBool:
+        return py::bool_(v.flag);
+      case Kind::kInt:
+        return py::reinterpret_steal<py::object>(PyLong_FromString(v.text.c_str(), nullptr, 10));
+      case Kind::kFloat:
+        return py::float_(v.real);
+      case Kind::kStr:
+        return py::str(v.text);
+      case Kind::kBytes:
+        return py::bytes(v.text);
+      case Kind::kComplex:
+        return py::reinterpret_steal<py::object>(PyComplex_FromDoubles(v.real, v.imag));
+      case Kind::kDType:
+        if (!py::hasattr(Torch(), v.text.c_str())) {
+          throw py::type_error("the checkpoint holds torch dtype " + v.text +
+                               ", which this torch (" + Str(Torch().attr("__version__")) +
+                               ") does not have");
+        }
+        return Torch().attr(v.text.c_str());
+      case Kind::kDevice:
+        return Torch().attr("device")(v.text);
+      case Kind::kSize:
+        return Torch().attr("Size")(List(v));
+      case Kind::kNumpy:
+        if (!kNumpyNames.contains(v.text) || v.items.size() != 1) {
+          throw py::value_error(where_ + ": state structure: numpy scalar of " + v.text);
+        }
+        return np_.attr("dtype")(v.text).attr("type")(Value(v.items[0]));
+      case Kind::kList:
+        return List(v);
+      case Kind::kTuple:
+        return py::tuple(List(v));
+      case Kind::kDict:
+      case Kind::kODict: {
+        py::dict d;
+        for (size_t i = 0; i + 1 < v.items.size(); i += 2)
+          d[Value(v.items[i])] = Value(v.items[i + 1]);
+        if (v.kind == Kind::kDict) return d;
+        py::list pairs;
+        for (auto [k, x] : d) pairs.append(py::make_tuple(k, x));
+        return py::module_::import("collections").attr("OrderedDict")(pairs);
+      }
+      case Kind::kTensor:
+      case Kind::kParameter:
+      case Kind::kNdarray:
+        break;
+    }
+    if (auto it = given.find(v.text); it != given.end()) return it->second;
+    if (v.kind == Kind::kNdarray) return Restored(v, true);
+    py::object t = Restored(v, false);
+    if (v.kind == Kind::kParameter) {
+      return Torch().attr("nn").attr("Parameter")(t, py::arg("requires_grad") = v.flag);
+    }
+    return v.flag ? t.attr("requires_grad_")(true) : t;
+  }
+
+  // A restored tensor (numpy array when `ndarray`, or for a dtype this torch
+  // lacks) over its bytes; one object per name (tied tensors stay tied).
+  py::object Restored(const StateValue& v, bool ndarray) {
+    auto it = made_.find(v.text);
+    if (it != made_.end()) return it->second;
+    const std::string dtype(DTypeName(v.dtype));
+    auto* p = reinterpret_cast<uint8_t*>(const_cast<std::byte*>(v.data.data()));
+    py::array bytes = py::array_t<uint8_t>({v.data.size()}, {size_t{1}}, p, owner_);
+    py::object out;
+    if (ndarray || !py::hasattr(Torch(), dtype.c_str())) {
+      if (!kNumpyNames.contains(dtype)) {
+        throw py::type_error("tensor '" + v.text + "' has dtype " + dtype + ", which this torch (" +
+                             Str(Torch().attr("__version__")) + ") does not have");
+      }
+      py::object nd = np_.attr("dtype")(dtype);
+      // uint16/32/64 on a torch without them come back as numpy arrays.
+      out = v.data.empty() ? np_.attr("empty")(0, nd) : bytes.attr("view")(nd);
+      out = out.attr("reshape")(py::tuple(py::cast(v.shape)));
+    } else {
+      py::object tdtype = Torch().attr(dtype.c_str());
+      if (v.data.empty()) {  // nothing to share; a view of 0 bytes cannot change its dtype
+        out = Torch().attr("empty")(py::tuple(py::cast(v.shape)), py::arg("dtype") = tdtype);
+      } else {
+        out = Torch().attr("from_numpy")(bytes);
+        if (dtype != "uint8") out = out.attr("view")(tdtype);
+        out = out.attr("reshape")(py::tuple(py::cast(v.shape)));
+      }
+      if (!device_.is_none()) out = out.attr("to")(device_);
+    }
+    made_.emplace(v.text, out);
+    return out;
+  }
+
+  py::object Torch() {
+    if (!torch_) torch_ = py::module_::import("torch");
+    return torch_;
+  }
+
+ private:
+  py::list List(const StateValue& v) {
+    py::list l;
+    for (const StateValue& x : v.items) l.append(Value(x));
+    return l;
+  }
+
+  py::object owner_, device_, np_, torch_;
+  std::string where_;
+  std::unordered_map<std::string, py::object> made_;
+};
+
+// ---- load(into=...) -------------------------------------------------------------
+
+// Where the into= state takes each tensor, decided (by Plan, with the GIL)
+// once the structure is known, before anything else is read.
+class IntoPlan {
+ public:
+  IntoPlan(py::object into, std::string where) : into_(std::move(into)), where_(std::move(where)) {
+    torch_ = py::module_::import("sys").attr("modules").attr("get")("torch");
+    np_ = py::module_::import("numpy");
+  }
+
+  Status Plan(const StateValue& root, const CheckpointManifest& m, size_t part_tensors,
+              std::vector<TensorDestination>* dst) {
+    where_ += m.name;
+    Targets(root, into_, "into");
+    if (part_tensors > 0 && order_.empty()) {
+      throw py::value_error(where_ +
+                            ": load(into=...) found none of the checkpoint's tensors at "
+                            "the same key paths in `into` (a " +
+                            Str(into_.get_type().attr("__name__")) +
+                            "); its state has the structure stoker.load returns");
+    }
+    for (const StateValue* t : order_) {
+      for (const auto& [where, target] : targets_[t->text]) {
+        auto [how, span] = Destination(where, target, *t);
+        if (how == kDirect && !direct_.contains(t->text)) {
+          dst->push_back({t->text, span});
+          direct_.emplace(t->text, target);
+        } else if (how != kEmpty) {
+          copies_.emplace_back(t->text, target);
+        }
+      }
+      auto d = direct_.find(t->text);
+      given_[t->text] = d != direct_.end() ? d->second : targets_[t->text][0].second;
+    }
+    return Status::Ok();
+  }
+
+  // After the restore: the copies into destinations that could not be read
+  // into; then the state, with `into`'s objects where they were filled.
+  py::object Finish(Decoder& d, const StateValue& root) {
+    std::unordered_map<std::string, const StateValue*> tensors;
+    Index(root, &tensors);
+    for (const auto& [name, target] : copies_) {
+      auto direct = direct_.find(name);
+      if (direct != direct_.end()) {
+        if (!SameMemory(target, direct->second)) CopyInto(target, direct->second, d);
+        continue;
+      }
+      CopyInto(target, d.Restored(*tensors.at(name), IsArray(target)), d);
+    }
+    d.given = given_;
+    return d.Value(root);
+  }
+
+ private:
+  enum How { kDirect, kCopy, kEmpty };
+
+  bool IsArray(py::handle x) const { return py::isinstance(x, np_.attr("ndarray")); }
+  bool IsTensor(py::handle x) const {
+    return !torch_.is_none() && py::isinstance(x, torch_.attr("Tensor"));
+  }
+
+  // Walks a structure value beside `target`, the into= value at the same
+  // key path.
+  void Targets(const StateValue& v, py::handle target, const std::string& where) {
+    if (v.kind == Kind::kList || v.kind == Kind::kTuple) {
+      if (!py::isinstance<py::list>(target) && !py::isinstance<py::tuple>(target)) return;
+      const size_t n = std::min(v.items.size(), py::len(target));
+      for (size_t i = 0; i < n; ++i) {
+        Targets(v.items[i], target[py::int_(i)], where + "[" + std::to_string(i) + "]");
+      }
+    } else if (v.kind >= Kind::kTensor) {
+      auto& dests = targets_[v.text];
+      if (dests.empty()) order_.push_back(&v);
+      dests.emplace_back(where, py::reinterpret_borrow<py::object>(target));
+    } else if (v.kind == Kind::kDict || v.kind == Kind::kODict) {
+      py::object mapping = py::module_::import("collections.abc").attr("Mapping");
+      if (!py::isinstance(target, mapping)) return;
+      Decoder keys(py::none(), py::none(), where_);
+      for (size_t i = 0; i + 1 < v.items.size(); i += 2) {
+        py::object key = keys.Value(v.items[i]);
+        bool present = false;
+        try {
+          present = target.attr("__contains__")(key).cast<bool>();
+        } catch (py::error_already_set& e) {
+          if (!e.matches(PyExc_TypeError)) throw;  // an unhashable key cannot be in a dict
+        }
+        if (present) Targets(v.items[i + 1], target[key], where + "[" + Repr(key) + "]");
+      }
+    }
+  }
+
+  // How `target` takes tensor `t`: read straight into its memory, restored
+  // and then copied in (another device, a non-contiguous view), or nothing
+  // to read. Raises naming both when they do not match.
+  std::pair<How, std::span<std::byte>> Destination(const std::string& where, py::handle target,
+                                                   const StateValue& t) {
+    const std::string dtype(DTypeName(t.dtype));
+    const py::list shape = py::cast(t.shape);
+    if (IsTensor(target)) {
+      if (TorchDTypeName(target.attr("dtype")) != dtype ||
+          !py::list(target.attr("shape")).equal(shape)) {
+        throw py::value_error(Format(
+            "load(into=...): {} is a {} tensor of shape {}, the checkpoint's tensor {!r} is {} "
+            "of shape {}",
+            py::make_tuple(where, target.attr("dtype"), py::list(target.attr("shape")), t.text,
+                           dtype, shape)));
+      }
+      if (target.attr("numel")().cast<int64_t>() == 0) return {kEmpty, {}};
+      if (Str(target.attr("device").attr("type")) == "cpu" &&
+          target.attr("is_contiguous")().cast<bool>() && !target.attr("is_conj")().cast<bool>() &&
+          !target.attr("is_neg")().cast<bool>() &&
+          target.attr("layout").is(torch_.attr("strided"))) {
+        return {kDirect, Span(target.attr("data_ptr")(), t)};
+      }
+      return {kCopy, {}};
+    }
+    if (IsArray(target)) {
+      py::object td = target.attr("dtype");
+      const bool native = td.equal(td.attr("newbyteorder")("="));
+      if (!native || NumpyName(td) != dtype || !py::list(target.attr("shape")).equal(shape)) {
+        throw py::value_error(Format(
+            "load(into=...): {} is a numpy array of {} and shape {}, the checkpoint's tensor {!r} "
+            "is {} of shape {}",
+            py::make_tuple(where, td, py::list(target.attr("shape")), t.text, dtype, shape)));
+      }
+      py::object flags = target.attr("flags");
+      if (!flags.attr("writeable").cast<bool>()) {
+        throw py::value_error("load(into=...): " + where + " is a read-only numpy array");
+      }
+      if (target.attr("size").cast<int64_t>() == 0) return {kEmpty, {}};
+      if (flags.attr("c_contiguous").cast<bool>()) {
+        return {kDirect, Span(target.attr("__array_interface__")["data"][py::int_(0)], t)};
+      }
+      return {kCopy, {}};
+    }
+    throw py::type_error(Format(
+        "load(into=...): {} is a {}, where the checkpoint holds tensor {!r} ({} of shape {})",
+        py::make_tuple(where, target.get_type().attr("__name__"), t.text, dtype, shape)));
+  }
+
+  static std::span<std::byte> Span(py::handle address, const StateValue& t) {
+    uint64_t n = DTypeSize(t.dtype);
+    for (int64_t x : t.shape) n *= uint64_t(x);
+    return {reinterpret_cast<std::byte*>(address.cast<uintptr_t>()), size_t(n)};
+  }
+
+  // Whether two destinations are the same view of the same memory (tied).
+  bool SameMemory(py::handle a, py::handle b) const {
+    if (IsArray(a) || IsArray(b)) {
+      return IsArray(a) && IsArray(b) &&
+             a.attr("__array_interface__").equal(b.attr("__array_interface__"));
+    }
+    for (const char* f : {"device", "dtype", "shape"}) {
+      if (!a.attr(f).equal(b.attr(f))) return false;
+    }
+    return a.attr("data_ptr")().equal(b.attr("data_ptr")()) &&
+           a.attr("stride")().equal(b.attr("stride")());
+  }
+
+  void CopyInto(py::handle dest, py::handle src, Decoder& d) {
+    if (IsArray(dest)) {
+      np_.attr("copyto")(dest, IsArray(src) ? src : src.attr("numpy")());
+      return;
+    }
+    py::object torch = d.Torch();
+    py::object no_grad = torch.attr("no_grad")();
+    no_grad.attr("__enter__")();
+    dest.attr("copy_")(IsArray(src) ? torch.attr("from_numpy")(src)
+                                    : py::reinterpret_borrow<py::object>(src));
+    no_grad.attr("__exit__")(py::none(), py::none(), py::none());
+  }
+
+  static void Index(const StateValue& v, std::unordered_map<std::string, const StateValue*>* out) {
+    if (v.kind >= Kind::kTensor) out->emplace(v.text, &v);
+    for (const StateValue& x : v.items) Index(x, out);
+  }
+
+  py::object into_, torch_, np_;
+  std::string where_;
+  std::vector<const StateValue*> order_;  // tensors in `into`, in structure order
+  std::unordered_map<std::string, std::vector<std::pair<std::string, py::object>>> targets_;
+  std::unordered_map<std::string, py::object> direct_, given_;
+  std::vector<std::pair<std::string, py::object>> copies_;
+};
+
+}  // namespace
+
+std::shared_ptr<PyEncodedState> EncodePyState(py::handle state) {
+  auto out = std::make_shared<PyEncodedState>();
+  out->root = Encoder(out.get()).Encode(state, "state");
+  Result<EncodedState> e = EncodeState(out->root);
+  if (!e.ok()) ThrowStatus(e.status());
+  out->encoded = std::move(e).value();
+  return out;
+}
+
+// map_location as a torch.device, or None for the CPU (no move).
+py::object Device(py::handle map_location) {
+  if (map_location.is_none()) return py::none();
+  py::object torch = py::module_::import("torch");
+  if (!py::isinstance<py::str>(map_location) &&
+      !py::isinstance(map_location, torch.attr("device"))) {
+    throw py::type_error(
+        "map_location must be None, a device string like 'cuda:0' or a torch.device, not " +
+        Str(map_location.get_type().attr("__name__")));
+  }
+  py::object device = torch.attr("device")(map_location);
+  return Str(device.attr("type")) == "cpu" ? py::none() : device;
+}
+
+py::object LoadPyState(const LoadRunner& run, const PyLoadArgs& args) {
+  PyLoadArgs a = args;
+  a.device = Device(args.device);
+  if (!a.into.is_none() && a.options.all_ranks) {
+    throw py::value_error(
+        "load(into=...) restores this rank's part; it does not combine with "
+        "all_ranks=True");
+  }
+  if (!a.into.is_none() && !a.device.is_none()) {
+    throw py::value_error(
+        "load(into=...) restores into the tensors where they are; "
+        "map_location does not apply");
+  }
+  std::optional<IntoPlan> into;
+  std::exception_ptr failed;  // the plan's Python error, raised once C++ returns
+  StatePlan plan;
+  if (!a.into.is_none()) {
+    into.emplace(a.into, a.uri + ": checkpoint ");
+    plan = [&](const StateValue& root, const CheckpointManifest& m,
+               std::vector<TensorDestination>* dst) -> Status {
+      py::gil_scoped_acquire acquire;
+      try {
+        size_t n = 0;
+        for (const RankPart& p : m.ranks) {
+          if (p.rank == (a.options.any_world_if_single && m.world_size == 1 ? 0 : a.options.rank)) {
+            n = p.tensors.size();
+          }
+        }
+        return into->Plan(root, m, n, dst);
+      } catch (...) {
+        failed = std::current_exception();
+        return Cancelled("load(into=...): the destinations were refused");
+      }
+    };
+  }
+  Result<LoadedState> r =
+      run([&](Checkpointer& c) { return LoadState(c, a.name, a.options, plan); });
+  if (failed) std::rethrow_exception(failed);
+  if (!r.ok()) ThrowStatus(r.status());
+  const py::capsule owner(new std::shared_ptr<void>(r->memory),
+                          [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  const std::string where = a.uri + ": checkpoint " + r->manifest.name;
+  Decoder d(owner, a.device, where);
+  if (into) return into->Finish(d, r->roots.at(0));
+  if (!a.options.all_ranks) return r->roots.empty() ? py::dict() : d.Value(r->roots[0]);
+  py::list out;
+  for (uint32_t rank = 0; rank < r->manifest.world_size; ++rank) {
+    auto it = std::find(r->ranks.begin(), r->ranks.end(), rank);
+    Decoder of_rank(owner, a.device, where);  // tensor names repeat across ranks
+    out.append(it == r->ranks.end() ? py::dict() : of_rank.Value(r->roots[it - r->ranks.begin()]));
+  }
+  return out;
+}
+
+}  // namespace stoker::python
