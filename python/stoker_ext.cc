@@ -1045,14 +1045,7 @@ void RegisterMetrics(py::module_& m) {
     return sm::Exposition();
   });
   // Checkpoints: _Checkpointer is metered (metrics::OpenCheckpointer), so
-  // C++ counts every save. These two are no-ops, kept only while
-  // stoker/checkpoint.py still calls them (through stoker.metrics); remove
-  // them with those calls.
-  m.def(
-      "_checkpoint_stall", [](double) {}, py::arg("seconds"));
-  m.def(
-      "_checkpoint_end", [](bool, uint64_t, double) {}, py::arg("ok"), py::arg("bytes"),
-      py::arg("seconds"));
+  // C++ counts every save.
   // `with _stoker._CheckpointSaveStarted(time.monotonic_ns()): impl.save(...)`:
   // the save's stall and seconds count from then, so the Python skin's
   // flattening and GPU-to-host copies are in them (metrics::SaveStartedAt).

@@ -26,10 +26,10 @@ import json
 import os
 import sys
 import threading
+import time
 import weakref
 
 from . import _stoker
-from . import metrics as _metrics
 from .dataset import _path
 from .loader import _bool, _int, _rank_world, _seconds, _store_options
 
@@ -45,37 +45,21 @@ class SaveHandle:
     True once committed, False if the timeout passed first; raises the save's
     error. ``exception(timeout=None)``: that error (or None) instead."""
 
-    __slots__ = ("_impl", "name", "uri", "_pid", "_metric", "__weakref__")
+    __slots__ = ("_impl", "name", "uri", "_pid", "__weakref__")
 
-    def __init__(self, impl, name, uri, metric=None):  # impl raises in a forked child
+    def __init__(self, impl, name, uri):  # impl raises in a forked child
         self._impl, self.name, self.uri, self._pid = impl, name, uri, os.getpid()
-        self._metric = metric  # (start, bytes) until the end is counted
-
-    def _count_end(self, ok):
-        if self._metric is not None:
-            (started, nbytes), self._metric = self._metric, None
-            _metrics._save_ended(started, nbytes, ok)
 
     def done(self):
         """True once the save has finished, committed or failed."""
-        finished = self._impl.done()
-        if finished and self._metric is not None:
-            self.exception()  # counts the end, committed or failed
-        return finished
+        return self._impl.done()
 
     def wait(self, timeout=None):
         """True when the save is durable (and committed), False if `timeout`
         seconds passed first. Raises the save's error."""
         if timeout is not None:
             timeout = _seconds("timeout", timeout, allow_zero=True)
-        try:
-            finished = self._impl.wait(timeout)
-        except Exception:  # the save's error (not an interrupt of the wait)
-            self._count_end(False)
-            raise
-        if finished:
-            self._count_end(True)
-        return finished
+        return self._impl.wait(timeout)
 
     def exception(self, timeout=None):
         """The save's error, or None if it succeeded; TimeoutError if it still
@@ -158,26 +142,19 @@ class Checkpointer:
         if chunk_bytes is not None:
             options.chunk_bytes = _int("chunk_bytes", chunk_bytes, 1, _U64)
         async_ = _bool("async_", async_)
-        started = _metrics._save_started()  # the stall counts the walk too
+        # The metered checkpointer in C++ counts the save; its stall and
+        # seconds start here, so the walk and GPU-to-host copies are in them.
+        started = time.monotonic_ns()
         state = _stoker._encode_state(state_dict)
-        nbytes = state.nbytes
         with self._lock:
             name = self._name(impl, name, step, world_size, where)
-        try:
+        with _stoker._CheckpointSaveStarted(started):
             if async_:
                 handle = impl.save_state_async(name, state, options)
             else:
                 impl.save_state(name, state, options)
-        except BaseException:
-            _metrics._save_stalled(started)
-            _metrics._save_ended(started, nbytes, ok=False)
-            raise
         del state  # C++ has read the tensors (async: copied into the staging area)
-        _metrics._save_stalled(started)
-        if async_:
-            return SaveHandle(handle, name, self.uri, (started, nbytes))
-        _metrics._save_ended(started, nbytes, ok=True)
-        return name
+        return SaveHandle(handle, name, self.uri) if async_ else name
 
     def _name(self, impl, name, step, world_size, where):
         if name is not None:

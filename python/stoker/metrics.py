@@ -11,7 +11,8 @@
     print(stoker.metrics.table())              # data / h2d / compute / comm / checkpoint
 
 The breakdown (C++ StepTimeline) gives each instant of a step to one phase:
-comm (the DDP hook's all-reduces), checkpoint (stoker.save's stall), h2d,
+comm (the DDP hook's all-reduces), checkpoint (a save's stall, counted by
+the metered checkpointer in C++), h2d,
 data (the time a Loader's next batch kept the loop waiting), compute; the
 rest is "other", so the phases sum to the step. On a GPU, a phase is timed
 with CUDA events on the current stream (resolved when the step ends); on a
@@ -171,28 +172,6 @@ def timed_allreduce_hook(process_group, bucket):
         return fut.value()[0].div_(world)
 
     return future.then(done)
-
-
-# ---- checkpoints (called by stoker.checkpoint) ------------------------------------
-
-
-def _save_started():
-    return time.monotonic_ns()
-
-
-def _tensor_bytes(tensors):
-    return sum(int(t[-1]) for t in tensors)
-
-
-def _save_stalled(started):
-    """The save has given control back: a stall of the step, counted."""
-    now = time.monotonic_ns()
-    _stoker._checkpoint_stall((now - started) / 1e9)
-    _stoker._timeline_add(_PHASE_INDEX["checkpoint"], started, now)
-
-
-def _save_ended(started, nbytes, ok):
-    _stoker._checkpoint_end(bool(ok), int(nbytes), (time.monotonic_ns() - started) / 1e9)
 
 
 if os.environ.get("STOKER_METRICS", "") not in ("", "0"):

@@ -243,9 +243,9 @@ class CheckpointerImpl final : public Checkpointer {
                    const SaveOptions& o) const {
     STOKER_RETURN_IF_ERROR(ValidateCheckpointName(name));
     const std::string where = "save of checkpoint " + std::string(name) + " to " + uri();
-    if (o.world_size == 0 || o.world_size > 65536) {
-      return InvalidArgument(where + ": world_size " + std::to_string(o.world_size) +
-                             " (1..65536)");
+    if (o.world_size == 0 || o.world_size > kMaxCheckpointRanks) {
+      return InvalidArgument(where + ": world_size " + std::to_string(o.world_size) + " (1.." +
+                             std::to_string(kMaxCheckpointRanks) + ")");
     }
     if (o.rank >= o.world_size) {
       return InvalidArgument(where + ": rank " + std::to_string(o.rank) +
