@@ -406,7 +406,7 @@ py::dict ManifestDict(std::string_view uri, const format::Manifest& m) {
 
 class LoaderHandle {
  public:
-  LoaderHandle(const std::string& uri, const LoaderOptions& options) {
+  LoaderHandle(const std::string& uri, const LoaderOptions& options) : uri_(uri) {
     Result<std::unique_ptr<Loader>> r = [&] {
       py::gil_scoped_release release;
       return metrics::OpenLoader(uri, options);  // metered when metrics are on
@@ -452,7 +452,7 @@ class LoaderHandle {
 
   // Whether this loader may resume from `s` (CheckResumeState's error).
   void CheckResume(const LoaderState& s) const {
-    Check(CheckResumeState(s, loader_->manifest(), loader_->options()));
+    Check(CheckResumeState(s, loader_->manifest(), loader_->options()).WithContext(uri_));
   }
 
   py::dict Stats() {
@@ -512,6 +512,7 @@ class LoaderHandle {
     return std::move(*result);
   }
 
+  std::string uri_;  // for messages
   std::mutex mu_;
   std::unique_ptr<Loader> loader_;
   py::dict info_;

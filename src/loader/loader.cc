@@ -184,7 +184,8 @@ Status LoaderImpl::Init() {
     }
     STOKER_ASSIGN_OR_RETURN(stager_, gpu::Stager::Open(so));
   }
-  STOKER_RETURN_IF_ERROR(CheckResumeState(options_.start, manifest_, options_));
+  STOKER_RETURN_IF_ERROR(
+      CheckResumeState(options_.start, manifest_, options_).WithContext(store_->uri()));
   return StartEpoch(options_.start.epoch, options_.start.position);
 }
 

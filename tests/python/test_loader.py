@@ -320,7 +320,8 @@ def test_resume_identity_is_checked_in_cpp_and_old_states_still_load(dataset):
         assert loader.state_dict()["position"] == 16
         assert len(collect_ids(loader)) == len(loader) - 2
     stoker.Loader(uri, 8, seed=9, world_size=1, rank=0).load_state_dict({"epoch": 0, "position": 8})
-    # A mismatch raises C++'s message (CheckResumeState), word for word.
+    # A mismatch raises C++'s message (CheckResumeState), word for word,
+    # after the dataset it names.
     tail = ": the position would select other samples"
     for kwargs, message in (
             ({"seed": 2}, "resume state was saved with seed 1, this loader has 2" + tail),
@@ -332,7 +333,7 @@ def test_resume_identity_is_checked_in_cpp_and_old_states_still_load(dataset):
         for old in (state, previous, {"epoch": 0, "position": 0, **{k: state[k] for k in kwargs}}):
             with pytest.raises(stoker.InvalidArgumentError) as info:
                 loader.load_state_dict(old)
-            assert str(info.value) == message
+            assert str(info.value) == f"{uri}: {message}"
     with pytest.raises(stoker.InvalidArgumentError,
                        match=f"saved for dataset 0123, this loader reads {state['dataset_id']}"):
         saver.load_state_dict(dict(state, dataset_id="0123"))
