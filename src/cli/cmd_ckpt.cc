@@ -118,6 +118,9 @@ nlohmann::ordered_json StructureJson(const CheckpointManifest& m, uint32_t rank,
       }
     } else if (!e.value.empty()) {
       j["value"] = nlohmann::ordered_json::parse(e.value, nullptr, false);
+      // An integer beyond 64 bits would come back as a rounded float:
+      // given as its digits instead, every one exact.
+      if (j["value"].is_number_float() && e.type == "int") j["value"] = e.value;
     } else {
       j["items"] = e.items;
     }

@@ -90,6 +90,7 @@ def test_cpp_reads_what_python_saved_exactly(tmp_path):
                           text=True, check=True)
     entries = {e["path"]: e for e in json.loads(show.stdout)["structure"]}
     assert entries["u"]["value"] == 2**64 - 1 and entries["big"]["type"] == "int"
+    assert entries["big"]["value"] == str(big)  # beyond 64 bits: its digits, as a string
     human = subprocess.run([binary, "ckpt", "show", root, "s"], capture_output=True, text=True,
                            check=True).stdout
     assert str(big) in human  # every digit
