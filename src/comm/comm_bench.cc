@@ -195,12 +195,16 @@ class Watchdog final {
         ticks_seen_ = ticks;
         last_ = Clock::now();
       }
-      if (stop_ || Clock::now() - last_ < timeout_) continue;
+      // While the ranks meet, the bootstrap keeps its own deadline of the
+      // same length and names the ranks that never came; the watchdog only
+      // backs it up, so it waits a little longer there.
+      const Clock::duration limit = phases_ == 0 ? timeout_ + std::chrono::seconds(2) : timeout_;
+      if (stop_ || Clock::now() - last_ < limit) continue;
       const std::string suspects = Suspects();
       if (!beat_dir_.empty()) std::remove(BeatFile(rank_).c_str());
       std::fprintf(
           stderr, "stoker: TimedOut: rank %d: no progress for %.0f s while %s: %s; giving up\n",
-          rank_, std::chrono::duration<double>(timeout_).count(), what_.c_str(),
+          rank_, std::chrono::duration<double>(limit).count(), what_.c_str(),
           suspects.empty() ? "another rank died or hangs (the launcher's message names a rank that "
                              "exited)"
                            : ("on this node: " + suspects).c_str());
