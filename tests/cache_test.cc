@@ -280,6 +280,27 @@ TEST(NodeCache, PlannedEvictionBeatsLruOnHalfTheDataset) {
   EXPECT_LE(planned[0], d.bytes + 2 * largest);
 }
 
+// Over a thousand shards the eviction ranking is kept between fetches
+// (cache/ranking.h) rather than built for each: the bytes stay as near the
+// optimum as with a few dozen shards.
+TEST(NodeCache, PlannedEvictionOnAThousandShardsStaysNearTheOptimum) {
+  TempDir t;
+  Dataset d(t.path(), 2400, 11, 8 << 10);
+  ASSERT_GE(d.manifest.shards.size(), 1000u);
+  auto planned = RemoteBytesPerEpoch(d, (t.path() / "c1").string(), "planned", 3);
+  auto lru = RemoteBytesPerEpoch(d, (t.path() / "c2").string(), "lru", 3);
+  const double optimum = double(d.bytes) * 0.5;
+  for (int e = 1; e < 3; ++e) {
+    EXPECT_LE(double(planned[e]), optimum * 1.10) << "epoch " << e;
+    EXPECT_LT(planned[e], lru[e]) << "epoch " << e;
+  }
+  std::printf("%zu shards, epochs 1-2, remote bytes: planned %llu %llu, lru %llu %llu, "
+              "optimum %.0f\n",
+              d.manifest.shards.size(), (unsigned long long)planned[1],
+              (unsigned long long)planned[2], (unsigned long long)lru[1],
+              (unsigned long long)lru[2], optimum);
+}
+
 // The bound `bench node` reports: Belady's MIN over a read sequence.
 TEST(NodeCache, OfflineOptimumIsBeladysMin) {
   using cache_internal::Access;

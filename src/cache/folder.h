@@ -60,7 +60,11 @@ static_assert(sizeof(Entry) == 48);
 struct DatasetHeader {
   uint64_t magic;
   uint64_t shards;
-  uint64_t unused[6];
+  // Shards made absent so far (evicted, dropped, a fetch given up): while it
+  // stands still, no shard seen there or being fetched has gone (the planned
+  // prefetch skips what it scanned before). Zero in a table made before it.
+  uint64_t dropped;
+  uint64_t unused[5];
 };
 static_assert(sizeof(DatasetHeader) == 64);
 

@@ -5,6 +5,7 @@
 //   shard_files.h  the cache files
 //   space.h        the limit: reservations and eviction
 //   planner.h      the planned policy's next-use key and prefetch order
+//   ranking.h      eviction candidates, ranked once and kept between fetches
 //   cache_queue.h  the ReadQueue over the synchronous read path
 //
 // Thread safety: as every Store, safe for concurrent use.
@@ -20,6 +21,7 @@
 
 #include "cache/folder.h"
 #include "cache/planner.h"
+#include "cache/ranking.h"
 #include "cache/shard_files.h"
 #include "cache/space.h"
 #include "stoker/cache.h"
@@ -80,6 +82,7 @@ class NodeCacheImpl final : public NodeCache {
   ShardFiles files_;
   FolderTables tables_;
   std::optional<Space> space_;
+  EvictionRanking ranking_;  // under the folder lock
   uint64_t largest_shard_ = 0;
   Planner planner_;
   std::thread prefetcher_;

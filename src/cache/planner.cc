@@ -93,7 +93,8 @@ uint64_t Planner::NextUse(const View& v, const FolderTables& t, uint32_t s, bool
   return best;
 }
 
-std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint32_t n) {
+std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint32_t n,
+                                       AheadMemo* memo) {
   const NeedOrder& c = *v.cur;
   // From the slowest rank's place in the node's order (the first step of the
   // shard it reads now).
@@ -106,21 +107,41 @@ std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint3
     slowest = std::min(slowest, c.first_step[order[k]]);
   }
   if (slowest == kNever) slowest = 0;
-  std::vector<std::pair<uint64_t, uint32_t>> found;
-  const auto from = std::lower_bound(c.sequence.begin(), c.sequence.end(), slowest,
-                                     [&](uint32_t x, uint64_t at) { return c.first_step[x] < at; });
-  for (auto it = from; it != c.sequence.end() && found.size() < n; ++it) {
-    if (t.At(*it).state != kAbsent) continue;
-    bool now;
-    const uint64_t use = NextUse(v, t, *it, false, &now);
-    if (now) found.emplace_back(use, *it);
+  const uint64_t dropped = t.dataset().dropped;
+  if (memo->generation != v.generation || memo->dropped != dropped) {
+    *memo = {v.generation, dropped, c.sequence.size(), false};
   }
-  for (size_t i = 0; v.next && i < v.next->sequence.size() && found.size() < n; ++i) {
-    const uint32_t s = v.next->sequence[i];
+  std::vector<std::pair<uint64_t, uint32_t>> found;
+  const size_t from = size_t(
+      std::lower_bound(c.sequence.begin(), c.sequence.end(), slowest,
+                       [&](uint32_t x, uint64_t at) { return c.first_step[x] < at; }) -
+      c.sequence.begin());
+  // A shard absent and needed no more this epoch stays so; one present or
+  // being fetched stays so until `dropped` moves.
+  size_t i = from, last_absent = from;
+  for (; i < memo->clean_from && found.size() < n; ++i) {
+    const uint32_t s = c.sequence[i];
     if (t.At(s).state != kAbsent) continue;
     bool now;
     const uint64_t use = NextUse(v, t, s, false, &now);
-    if (!now && use != kNever) found.emplace_back(use, s);
+    if (now) {
+      found.emplace_back(use, s);
+      last_absent = i + 1;
+    }
+  }
+  if (i >= memo->clean_from) memo->clean_from = last_absent;
+  if (v.next && !memo->next_clean) {
+    size_t k = 0;
+    bool absent = false;
+    for (; k < v.next->sequence.size() && found.size() < n; ++k) {
+      const uint32_t s = v.next->sequence[k];
+      if (t.At(s).state != kAbsent) continue;
+      absent = true;  // needed this epoch now, it may be needed only in the next later
+      bool now;
+      const uint64_t use = NextUse(v, t, s, false, &now);
+      if (!now && use != kNever) found.emplace_back(use, s);
+    }
+    memo->next_clean = k == v.next->sequence.size() && !absent;
   }
   std::sort(found.begin(), found.end());
   std::vector<uint32_t> out;

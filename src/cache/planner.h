@@ -51,9 +51,22 @@ class Planner {
   // needs s in this epoch (else its use is the next epoch's, or kNever).
   static uint64_t NextUse(const View& v, const FolderTables& t, uint32_t s, bool after_mine,
                           bool* this_epoch = nullptr);
+  // What the last Ahead saw, so that the next need not scan again what
+  // cannot have changed while the table's `dropped` count stood still: no
+  // shard this epoch's ranks need was absent from `clean_from` on in the
+  // node's sequence, nor (next_clean) one the next epoch's ranks need.
+  // Without it a cache holding every shard scanned both epochs' sequences
+  // at every read (100,000 shards: 9.4 s an epoch, 8 ranks).
+  struct AheadMemo {
+    uint64_t generation = ~uint64_t(0);
+    uint64_t dropped = 0;
+    size_t clean_from = 0;
+    bool next_clean = false;
+  };
   // Under the folder lock: up to n shards not in the cache that the node
   // needs next, soonest first (this epoch's, then the next's).
-  static std::vector<uint32_t> Ahead(const View& v, const FolderTables& t, uint32_t n);
+  static std::vector<uint32_t> Ahead(const View& v, const FolderTables& t, uint32_t n,
+                                     AheadMemo* memo);
 
  private:
   static uint32_t Tag(const View& v) { return uint32_t(v.epoch + 1); }

@@ -46,18 +46,13 @@ bool NodeCacheImpl::Reserve(uint32_t s, bool prefetch) {
   const Planner::View v = planned_ ? planner_.Current() : Planner::View{};
   std::vector<Candidate> own;
   const uint64_t bytes = manifest_.shards[s].bytes;
-  const bool full = tables_.header().used + bytes > space_->capacity();
+  const uint64_t used = tables_.header().used;
+  const bool full = used + bytes > space_->capacity();
   const bool evict = full && !(prefetch && v);
   const uint64_t mine = v ? Planner::NextUse(v, tables_, s, /*after_mine=*/!prefetch) : 0;
-  for (uint32_t x = 0; evict && x < manifest_.shards.size(); ++x) {
-    if (x == s || tables_.At(x).state != kPresent) continue;
-    if (v) {
-      bool now;
-      const uint64_t use = Planner::NextUse(v, tables_, x, false, &now);
-      if (use > mine) own.push_back({x, use, !now, false});
-    } else {
-      own.push_back({x, tables_.At(x).last_use, false, true});
-    }
+  if (evict) {
+    own = ranking_.Take(v, tables_, space_->shard_bytes(), s, mine,
+                        used + bytes - space_->capacity());
   }
   if (!space_->Reserve(s, std::move(own), /*others=*/evict)) return false;
   if (v) {
@@ -89,6 +84,7 @@ void NodeCacheImpl::Touch(uint32_t s, bool whole) {
 void NodeCacheImpl::PrefetchLoop() {
   std::vector<std::byte> buffer;
   uint64_t seen = 0;
+  Planner::AheadMemo memo;
   while (planner_.WaitForChange(&seen, std::chrono::milliseconds(200))) {
     const Planner::View v = planner_.Current();
     if (!v) continue;
@@ -97,7 +93,7 @@ void NodeCacheImpl::PrefetchLoop() {
       FolderTables::Locked l(tables_);
       // No free room: nothing to do until reads make some.
       if (tables_.header().used + largest_shard_ > space_->capacity()) continue;
-      ahead = Planner::Ahead(v, tables_, options_.prefetch_shards);
+      ahead = Planner::Ahead(v, tables_, options_.prefetch_shards, &memo);
     }
     for (uint32_t s : ahead) {
       if (planner_.Current().generation != v.generation) break;

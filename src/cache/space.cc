@@ -140,6 +140,7 @@ void Space::EvictIdle(std::vector<Candidate> own, bool others, uint64_t bytes) {
     h.used -= std::min(h.used, e.bytes);
     e.state = kAbsent;
     e.bytes = 0;
+    static_cast<DatasetHeader*>(i.table->file.data())->dropped++;
     (*evictions_)++;
   }
 }
@@ -175,6 +176,7 @@ void Space::Forget(uint32_t s) {
   e.state = kAbsent;
   e.bytes = 0;
   e.soon = 0;
+  tables_->dataset().dropped++;
 }
 
 void Space::FixStale(uint32_t s) {

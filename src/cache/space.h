@@ -47,6 +47,7 @@ class Space {
         std::vector<uint64_t> shard_bytes, uint64_t capacity, std::atomic<uint64_t>* evictions);
 
   uint64_t capacity() const { return capacity_; }
+  const std::vector<uint64_t>& shard_bytes() const { return shard_bytes_; }
   // Reserves shard s's bytes (state kFetching, this pid), evicting from
   // `own` (this dataset's candidates, in any order) and, when `others`, the
   // other datasets' shards not needed soon. false: no room the policy would

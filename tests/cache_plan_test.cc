@@ -1,0 +1,165 @@
+// The planned cache's bookkeeping against brute force: the eviction ranking
+// kept between fetches (cache/ranking.h) and the prefetch scan's memo
+// (Planner::AheadMemo), on a dataset table of a thousand shards.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "cache/folder.h"
+#include "cache/planner.h"
+#include "cache/ranking.h"
+#include "testutil.h"
+
+namespace stoker::cache_internal {
+namespace {
+
+constexpr uint32_t kShards = 1000;
+
+struct Table {
+  testing::TempDir dir;
+  FolderTables t;
+  Planner planner{42, std::vector<uint32_t>(kShards, 4), 1};
+  Planner::View v;
+  std::vector<uint64_t> bytes = std::vector<uint64_t>(kShards, 1);
+
+  Table() {
+    const auto ds = dir.path() / "ds";
+    std::filesystem::create_directories(ds);
+    EXPECT_TRUE(t.Open(dir.path().string(), ds.string(), kShards).ok());
+    PlanOptions plan;
+    plan.seed = 3;
+    plan.shuffle_window_shards = 4;
+    EXPECT_TRUE(planner.Begin(plan, 0, 0).ok());
+    v = planner.Current();
+  }
+  void Put(uint32_t s) {
+    t.At(s).state = kPresent;
+    t.At(s).bytes = 1;
+    t.header().used++;
+  }
+  void Drop(uint32_t s) {
+    t.At(s).state = kAbsent;
+    t.header().used--;
+    t.dataset().dropped++;
+  }
+  // The present shard (not s) the node needs furthest ahead, not needed
+  // again this epoch first: what a full ranking puts first.
+  uint32_t Best() const {
+    uint32_t best = kShards;
+    bool best_far = false;
+    uint64_t best_use = 0;
+    for (uint32_t x = 0; x < kShards; ++x) {
+      if (t.At(x).state != kPresent) continue;
+      bool now;
+      const uint64_t use = Planner::NextUse(v, t, x, false, &now);
+      if (best == kShards || (!now && !best_far) || (!now == best_far && use > best_use)) {
+        best = x;
+        best_far = !now;
+        best_use = use;
+      }
+    }
+    return best;
+  }
+};
+
+TEST(CachePlan, RankingIsKeptBetweenFetchesAndBuiltAgainAsTheNodeReads) {
+  Table tb;
+  for (uint32_t x = 0; x < kShards; x += 2) tb.Put(x);  // 500 present
+  EvictionRanking r;
+  // While nothing is read, each fetch takes the next best candidate, as a
+  // ranking built for every fetch would, from the one ranking (and two
+  // spare, for one a reader holds).
+  for (int i = 0; i < 100; ++i) {
+    const uint32_t want = tb.Best();
+    auto got = r.Take(tb.v, tb.t, tb.bytes, /*s=*/1, /*mine=*/0, /*need=*/1);
+    ASSERT_EQ(got.size(), 3u);
+    ASSERT_EQ(got[0].shard, want) << "fetch " << i;
+    tb.Drop(want);
+  }
+  EXPECT_EQ(r.builds(), 1u);
+  // The node reads (the folder's clock moves): after a 32nd of the ranking's
+  // length in reads it is built again.
+  tb.t.header().tick += 500 / 32 + 1;
+  auto got = r.Take(tb.v, tb.t, tb.bytes, 1, 0, 1);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].shard, tb.Best());
+  EXPECT_EQ(r.builds(), 2u);
+  // Nothing needed later than the shard being fetched: nothing offered (the
+  // read is served uncached), without building again.
+  EXPECT_TRUE(r.Take(tb.v, tb.t, tb.bytes, 1, kNever, 1).empty());
+  EXPECT_EQ(r.builds(), 2u);
+  // Bytes: candidates until they cover what is needed.
+  got = r.Take(tb.v, tb.t, tb.bytes, 1, 0, 5);
+  EXPECT_EQ(got.size(), 5u + 2);
+  // A new epoch's plan: built again.
+  PlanOptions plan;
+  plan.seed = 3;
+  plan.shuffle_window_shards = 4;
+  ASSERT_TRUE(tb.planner.Begin(plan, 1, 0).ok());
+  tb.v = tb.planner.Current();
+  got = r.Take(tb.v, tb.t, tb.bytes, 1, 0, 1);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].shard, tb.Best());
+  EXPECT_EQ(r.builds(), 3u);
+}
+
+TEST(CachePlan, LruRankingDropsShardsUsedSinceAndBuildsAgainWhenItRunsOut) {
+  Table tb;
+  for (uint32_t x = 0; x < 10; ++x) {
+    tb.Put(x);
+    tb.t.At(x).last_use = 100 + x;
+  }
+  EvictionRanking r;
+  const Planner::View lru{};
+  auto got = r.Take(lru, tb.t, tb.bytes, 50, 0, 1);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].shard, 0u);
+  tb.Drop(0);
+  tb.t.At(1).last_use = 200;  // used since: now the most recent
+  got = r.Take(lru, tb.t, tb.bytes, 50, 0, 1);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].shard, 2u);
+  EXPECT_EQ(got[1].shard, 3u);
+  EXPECT_EQ(r.builds(), 1u);
+  for (uint32_t x = 2; x < 10; ++x) tb.Drop(x);
+  got = r.Take(lru, tb.t, tb.bytes, 50, 0, 1);  // ran out: built again, shard 1
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].shard, 1u);
+  EXPECT_EQ(r.builds(), 2u);
+}
+
+TEST(CachePlan, PrefetchScanSkipsWhatCannotHaveChangedUntilAShardIsDropped) {
+  Table tb;
+  for (uint32_t x = 0; x < kShards; ++x) tb.Put(x);
+  Planner::AheadMemo memo;
+  EXPECT_TRUE(Planner::Ahead(tb.v, tb.t, 8, &memo).empty());
+  EXPECT_EQ(memo.clean_from, 0u);  // the whole sequence seen there
+  EXPECT_TRUE(memo.next_clean);
+  // The shard the node needs first goes without the table's count moving:
+  // the memo (rightly, had the count been kept) skips it...
+  const uint32_t first = tb.v.cur->sequence[0];
+  tb.t.At(first).state = kAbsent;
+  EXPECT_TRUE(Planner::Ahead(tb.v, tb.t, 8, &memo).empty());
+  // ...and every real drop moves the count: it is found.
+  tb.t.At(first).state = kPresent;
+  tb.Drop(first);
+  EXPECT_EQ(Planner::Ahead(tb.v, tb.t, 8, &memo), std::vector<uint32_t>{first});
+  // Many absent: the soonest n, then after they are fetched, the next ones.
+  for (uint32_t i = 1; i < 40; ++i) tb.Drop(tb.v.cur->sequence[i]);
+  auto ahead = Planner::Ahead(tb.v, tb.t, 8, &memo);
+  ASSERT_EQ(ahead.size(), 8u);
+  for (uint32_t s : ahead) tb.Put(s);
+  auto more = Planner::Ahead(tb.v, tb.t, 8, &memo);
+  ASSERT_EQ(more.size(), 8u);
+  for (uint32_t s : more) EXPECT_EQ(std::count(ahead.begin(), ahead.end(), s), 0);
+  // Fetched them all: clean again.
+  for (uint32_t i = 0; i < 40; ++i) {
+    if (tb.t.At(tb.v.cur->sequence[i]).state == kAbsent) tb.Put(tb.v.cur->sequence[i]);
+  }
+  EXPECT_TRUE(Planner::Ahead(tb.v, tb.t, 8, &memo).empty());
+}
+
+}  // namespace
+}  // namespace stoker::cache_internal
