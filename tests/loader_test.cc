@@ -400,9 +400,6 @@ TEST(LoaderTest, BadOptions) {
   o.decode.field = "label";
   expect_invalid(o, "not a bytes field");
   o = Opts(4);
-  o.reads_in_flight = 0;
-  expect_invalid(o, "reads_in_flight");
-  o = Opts(4);
   o.read_unit = "record";
   expect_invalid(o, "read_unit must be auto, shard or sample, not 'record'");
   o = Opts(4);
@@ -690,6 +687,41 @@ TEST_P(LoaderReadUnits, BlockedRecordReadIsTimedOutNotAHang) {
 
 INSTANTIATE_TEST_SUITE_P(Posix, LoaderReadUnits, ::testing::Values("io_uring", "threads"),
                          [](const auto& info) { return info.param; });
+
+// Records the depth of the read queues the loader asks for.
+class DepthSeen final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override {
+    depth = o.depth;
+    return target()->NewReadQueue(o);
+  }
+  std::atomic<uint32_t> depth{0};
+};
+
+// Shard reads in flight follow the workers by default (8 to 64), so a
+// large node's workers each have a shard to wait on; an explicit count
+// stays.
+TEST(LoaderTest, ReadsInFlightFollowTheWorkersByDefault) {
+  Fixture f(40, 2, 100, 5000, 16 << 10);
+  auto depth = [&](uint32_t threads, uint32_t reads) {
+    auto store = std::make_shared<DepthSeen>(*OpenStore(f.uri));
+    LoaderOptions o = Opts(4);
+    o.read_unit = "shard";
+    o.threads = threads;
+    o.reads_in_flight = reads;
+    auto l = Loader::Open(store, o);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    if (!l.ok()) return 0u;
+    EXPECT_EQ(ReadEpochChecked(**l, f).size(), 40u);
+    EXPECT_EQ((*l)->options().reads_in_flight, store->depth.load()) << "options() says it";
+    return store->depth.load();
+  };
+  EXPECT_EQ(depth(2, 0), kAutoReadsMin);
+  EXPECT_EQ(depth(16, 0), 16u);
+  EXPECT_EQ(depth(200, 0), kAutoReadsMax);
+  EXPECT_EQ(depth(16, 3), 3u);
+}
 
 TEST(LoaderTest, AutoReadsLargeLocalRecordsOneByOne) {
   Fixture big(40, 2, kSampleReadMinBytes, kSampleReadMinBytes + 5000, 1 << 20);

@@ -73,6 +73,10 @@ struct LoaderState {
   uint32_t world_size = 0;
 };
 
+// reads_in_flight 0: the workers' count, within these.
+inline constexpr uint32_t kAutoReadsMin = 8;
+inline constexpr uint32_t kAutoReadsMax = 64;
+
 struct LoaderOptions {
   uint32_t batch_size = 256;
   // Default: on. See plan.h for the order and the rank's share.
@@ -84,9 +88,13 @@ struct LoaderOptions {
   uint32_t world_size = 1;
   // Default: off: the last batch may be short and ranks are padded equally.
   bool drop_last = false;
-  // Whole-shard reads in flight. Default: 8 (Ceph's rados bench default -t 16
-  // over 2 replicas' worth of OSDs; on NVMe 8 x 4 MiB saturates a drive).
-  uint32_t reads_in_flight = 8;
+  // Whole-shard reads in flight. Default: 0 = from the workers: as many as
+  // `threads`, at least kAutoReadsMin (8: Ceph's rados bench runs 16 over 2
+  // replicas' worth of OSDs; on NVMe 8 x 4 MiB saturate a drive) and at most
+  // kAutoReadsMax, so that each worker of a large node can be waiting on a
+  // shard of its own. The automatic memory budget reads fewer ahead when
+  // they do not fit; an explicit budget refuses no plan for them.
+  uint32_t reads_in_flight = 0;
   // Bytes of shard buffers plus batch buffers. An explicit budget is obeyed:
   // Open refuses a plan that does not fit it, naming what it needs.
   // Default: 0 = automatic: what the plan needs (the shards one batch

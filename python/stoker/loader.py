@@ -396,7 +396,8 @@ class Loader:
       fields: the fields to deliver (default: all).
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.
-      reads_in_flight: whole-shard reads outstanding.
+      reads_in_flight: whole-shard reads outstanding; 0 (default) = the
+        workers' count, 8 to 64.
       memory_budget: bytes for shard and batch buffers; 0 (default) sizes it
         from the dataset and the machine (see LoaderOptions::memory_budget).
         An explicit budget too small for the shuffle window is refused,
@@ -446,7 +447,7 @@ class Loader:
         o.drop_last = self.drop_last = _bool("drop_last", drop_last)
         for field, name, value, check, *limits in (
                 ("shuffle_window_shards", "shuffle_window", shuffle_window, _int, 1),
-                ("reads_in_flight", "reads_in_flight", reads_in_flight, _int, 1),
+                ("reads_in_flight", "reads_in_flight", reads_in_flight, _int, 0),
                 ("memory_budget", "memory_budget", memory_budget, _int, 0, _U64),
                 ("prefetch_batches", "prefetch", prefetch, _int, 0),
                 ("threads", "threads", threads, _int, 0, 4096),

@@ -25,7 +25,8 @@ struct LoaderFlags {
     cmd->add_option("--batch-size", options.batch_size, "Samples per batch")->capture_default_str();
     cmd->add_option("--threads", options.threads, "Collate/decode workers (0 = cores)")
         ->capture_default_str();
-    cmd->add_option("--reads-in-flight", options.reads_in_flight, "Whole-shard reads in flight")
+    cmd->add_option("--reads-in-flight", options.reads_in_flight,
+                    "Whole-shard reads in flight (0 = the workers' count, 8 to 64)")
         ->capture_default_str();
     cmd->add_option("--budget-mib", budget_mib,
                     "Memory budget for shard and batch buffers (0 = sized from the dataset and the "

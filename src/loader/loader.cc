@@ -124,13 +124,24 @@ class LoaderImpl final : public Loader {
   LoaderState last_state_;
 };
 
+// reads_in_flight 0: the workers' count (the machine's cores when threads
+// is 0), within [kAutoReadsMin, kAutoReadsMax]; options() reports it.
+LoaderOptions WithDefaultsResolved(LoaderOptions o) {
+  if (o.reads_in_flight == 0) {
+    const uint32_t threads =
+        o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+    o.reads_in_flight = std::clamp(threads, kAutoReadsMin, kAutoReadsMax);
+  }
+  return o;
+}
+
 LoaderImpl::LoaderImpl(std::shared_ptr<LoaderCounters> counters, std::shared_ptr<Store> store,
                        Manifest manifest, LoaderOptions options, std::vector<ColumnSpec> columns,
                        std::vector<int> column_fields, int device)
     : counters_(std::move(counters)),
       device_(device),
       manifest_(std::move(manifest)),
-      options_(std::move(options)),
+      options_(WithDefaultsResolved(std::move(options))),
       columns_(std::move(columns)),
       column_fields_(std::move(column_fields)) {
   uint64_t max_shard_bytes = 0;
@@ -369,7 +380,6 @@ Status ValidateOptions(const LoaderOptions& o) {
     return InvalidArgument("rank " + std::to_string(o.rank) + " must be below world_size " +
                            std::to_string(o.world_size));
   }
-  if (o.reads_in_flight == 0) return InvalidArgument("reads_in_flight must be at least 1");
   if (o.shuffle_window_shards == 0) return InvalidArgument("shuffle_window_shards must be >= 1");
   STOKER_RETURN_IF_ERROR(ValidateDecodeOptions(o.decode));
   if (o.read_timeout.count() <= 0) return InvalidArgument("read_timeout must be positive");

@@ -149,7 +149,7 @@ def test_corrupt_manifest(dataset):
     (dict(fields="image"), TypeError, "fields must be a list"),
     (dict(format="jax"), ValueError, "format must be 'numpy', 'torch' or 'dlpack'"),
     (dict(shuffle="yes"), TypeError, "shuffle must be True or False"),
-    (dict(reads_in_flight=0), ValueError, "reads_in_flight must be at least 1"),
+    (dict(reads_in_flight=-1), ValueError, "reads_in_flight must be at least 0"),
     (dict(shuffle_window=0), ValueError, "shuffle_window must be at least 1"),
     (dict(read_timeout=0), ValueError, "read_timeout must be positive"),
     (dict(seed=-1), ValueError, "seed must be at least 0"),
