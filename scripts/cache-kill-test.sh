@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # cache-kill-test.sh — kill -9 random ranks while they fill a shared node cache.
 #
-# Usage: scripts/cache-kill-test.sh [COUNT] [STOKER]
+# Usage: scripts/cache-kill-test.sh [COUNT] [STOKER] [SHARDS]
 #   COUNT   rounds (default 200); each starts 4 rank processes (`stoker bench
 #           node-rank`, one epoch, a new seed each round) on one cache folder
 #           limited to half the dataset, and SIGKILLs one of them at a random
 #           moment (10-400 ms in: during fetches, evictions, writes).
 #   STOKER  the binary (default build/stoker)
+#   SHARDS  "few" (default: ~60 shards, the eviction ranking is built at every
+#           fetch) or "many" (~1,200 shards of 16 KiB: the ranking is kept
+#           between fetches, cache/ranking.h)
 #
 # Checks, every round: no surviving rank failed (a bad byte from the cache
 # would fail the loader's checksum: "Corruption"), and the cache folder holds
@@ -17,20 +20,24 @@ set -euo pipefail
 
 count=${1:-200}
 stoker=$(realpath "${2:-build/stoker}")
+shards=${3:-few}
 work=$(mktemp -d /tmp/stoker-cache-kill.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# A dataset of 400 random files of 20-60 KB in 256 KiB shards (~60 shards).
-python3 - "$work/src" <<'EOF'
+# A dataset of 400 random files of 20-60 KB in 256 KiB shards (~60 shards),
+# or 2,400 files of 2-10 KB in 16 KiB shards (~1,200).
+if [ "$shards" = many ]; then files=2400 low=2000 high=10000 mib=0.015625
+else files=400 low=20000 high=60000 mib=0.25; fi
+python3 - "$work/src" "$files" "$low" "$high" <<'EOF'
 import os, random, sys
 rng = random.Random(1)
-for i in range(400):
+for i in range(int(sys.argv[2])):
     d = os.path.join(sys.argv[1], f"c{i % 4}")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, f"f{i:05d}.bin"), "wb") as f:
-        f.write(rng.randbytes(rng.randint(20000, 60000)))
+        f.write(rng.randbytes(rng.randint(int(sys.argv[3]), int(sys.argv[4]))))
 EOF
-"$stoker" pack "$work/src" "$work/ds" --shard-mib 0.25 --quiet >/dev/null
+"$stoker" pack "$work/src" "$work/ds" --shard-mib "$mib" --quiet >/dev/null
 dataset_bytes=$(du -cb "$work"/ds/shards/* | tail -1 | cut -f1)
 limit=$((dataset_bytes / 2))
 gib=$(python3 -c "print($limit / 2**30)")
