@@ -1,6 +1,7 @@
 // The planned cache's bookkeeping against brute force: the eviction ranking
-// kept between fetches (cache/ranking.h) and the prefetch scan's memo
-// (Planner::AheadMemo), on a dataset table of a thousand shards.
+// kept between fetches (cache/ranking.h), the prefetch scan's memo
+// (Planner::AheadMemo) and the jobs' slots (cache/jobs.h), on a dataset
+// table of a thousand shards.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "cache/folder.h"
+#include "cache/jobs.h"
 #include "cache/planner.h"
 #include "cache/ranking.h"
 #include "testutil.h"
@@ -31,7 +33,7 @@ struct Table {
     PlanOptions plan;
     plan.seed = 3;
     plan.shuffle_window_shards = 4;
-    EXPECT_TRUE(planner.Begin(plan, 0, 0).ok());
+    EXPECT_TRUE(planner.Begin(plan, 0, 0, 0).ok());
     v = planner.Current();
   }
   void Put(uint32_t s) {
@@ -97,7 +99,7 @@ TEST(CachePlan, RankingIsKeptBetweenFetchesAndBuiltAgainAsTheNodeReads) {
   PlanOptions plan;
   plan.seed = 3;
   plan.shuffle_window_shards = 4;
-  ASSERT_TRUE(tb.planner.Begin(plan, 1, 0).ok());
+  ASSERT_TRUE(tb.planner.Begin(plan, 1, 0, 0).ok());
   tb.v = tb.planner.Current();
   got = r.Take(tb.v, tb.t, tb.bytes, 1, 0, 1);
   ASSERT_EQ(got.size(), 3u);
@@ -159,6 +161,83 @@ TEST(CachePlan, PrefetchScanSkipsWhatCannotHaveChangedUntilAShardIsDropped) {
     if (tb.t.At(tb.v.cur->sequence[i]).state == kAbsent) tb.Put(tb.v.cur->sequence[i]);
   }
   EXPECT_TRUE(Planner::Ahead(tb.v, tb.t, 8, &memo).empty());
+}
+
+PlanOptions Seeded(uint64_t seed) {
+  PlanOptions plan;
+  plan.seed = seed;
+  plan.shuffle_window_shards = 4;
+  return plan;
+}
+
+TEST(CachePlan, JobsTakeASlotEachKeepItWhileAliveAndFreeItWhenGone) {
+  Table tb;
+  const std::string locks = (tb.dir.path() / "ds" / "jobs.lock").string();
+  // Each JobSlots opens its own lock descriptions: as separate processes.
+  auto a = std::make_unique<JobSlots>(locks);
+  auto b = std::make_unique<JobSlots>(locks);
+  auto a2 = std::make_unique<JobSlots>(locks);
+  EXPECT_EQ(*a->Claim(tb.t, MakeJobSlot(Seeded(1), 0, 0, 0)), 0);
+  EXPECT_EQ(*b->Claim(tb.t, MakeJobSlot(Seeded(2), 0, 0, 0)), 1);
+  // Another rank of job a (same plan, another rank of the node): its slot.
+  PlanOptions other_rank = Seeded(1);
+  other_rank.world_size = 2;
+  other_rank.rank = 1;
+  PlanOptions first_rank = other_rank;
+  first_rank.rank = 0;
+  EXPECT_EQ(MakeJobSlot(other_rank, 0, 0, 0).identity, MakeJobSlot(first_rank, 0, 0, 0).identity);
+  EXPECT_EQ(*a2->Claim(tb.t, MakeJobSlot(Seeded(1), 0, 3, 0)), 0);
+  EXPECT_EQ(tb.t.Job(0).epoch, 3u) << "the epoch it is in";
+  auto others = a->Others(tb.t);
+  ASSERT_EQ(others.size(), 1u);
+  EXPECT_EQ(others[0].first, 1u);
+  EXPECT_EQ(others[0].second.seed, 2u);
+  EXPECT_EQ(PlanOfJob(others[0].second).seed, 2u);
+  // Job b ends (its lock is dropped): gone from the others, its slot taken
+  // by a new job and cleared.
+  tb.t.Marks(1, 7) = {1, 0xff};
+  b.reset();
+  EXPECT_TRUE(a->Others(tb.t).empty());
+  JobSlots c(locks);
+  EXPECT_EQ(*c.Claim(tb.t, MakeJobSlot(Seeded(3), 0, 0, 0)), 1);
+  EXPECT_EQ(tb.t.Marks(1, 7).mask, 0u);
+  // Every slot held by a live job: none for a fifth plan.
+  JobSlots d(locks), e(locks), f(locks);
+  EXPECT_EQ(*d.Claim(tb.t, MakeJobSlot(Seeded(4), 0, 0, 0)), 2);
+  EXPECT_EQ(*e.Claim(tb.t, MakeJobSlot(Seeded(5), 0, 0, 0)), 3);
+  EXPECT_EQ(*f.Claim(tb.t, MakeJobSlot(Seeded(6), 0, 0, 0)), -1);
+}
+
+TEST(CachePlan, AnotherJobsNeedsCountInTheEvictionKey) {
+  Table tb;  // job 0, seed 3
+  const std::string locks = (tb.dir.path() / "ds" / "jobs.lock").string();
+  JobSlots mine(locks), theirs(locks);
+  ASSERT_EQ(*mine.Claim(tb.t, MakeJobSlot(Seeded(3), 0, 0, 0)), 0);
+  ASSERT_EQ(*theirs.Claim(tb.t, MakeJobSlot(Seeded(9), 0, 0, 0)), 1);
+  Planner other(42, std::vector<uint32_t>(kShards, 4), 1);
+  ASSERT_TRUE(other.Begin(Seeded(9), 0, 0, 1).ok());
+  const Planner::View them = other.Current();
+  ASSERT_TRUE(tb.planner.SetOthers(mine.Others(tb.t)).ok());
+  const Planner::View v = tb.planner.Current();
+  ASSERT_EQ(v.others.size(), 1u);
+  EXPECT_GT(v.generation, tb.v.generation);
+  // This job reads a shard the other needs late in its epoch: for this job
+  // alone it is done (needed next epoch); for the node, the other job's
+  // need is its key.
+  const uint32_t x = them.cur->rank_order[0].back();
+  tb.planner.OnRead(v, tb.t, x);
+  bool now = true;
+  const uint64_t alone = Planner::JobNextUse(v, tb.t, x, false, &now);
+  EXPECT_FALSE(now);
+  bool theirs_now = false;
+  const uint64_t their_key = Planner::JobNextUse(them, tb.t, x, false, &theirs_now);
+  EXPECT_TRUE(theirs_now);
+  bool both_now = false;
+  EXPECT_EQ(Planner::NextUse(v, tb.t, x, false, &both_now), std::min(alone, their_key));
+  EXPECT_TRUE(both_now);
+  // Without the other job, the key is this job's alone.
+  ASSERT_TRUE(tb.planner.SetOthers({}).ok());
+  EXPECT_EQ(Planner::NextUse(tb.planner.Current(), tb.t, x, false, &now), alone);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace stoker::cache_internal {
 
@@ -91,10 +92,18 @@ Status FolderTables::Open(const std::string& dir, const std::string& ds_dir, uin
       At(uint32_t(i)).soon = 0;
       At(uint32_t(i)).unused = 0;
     }
+    // An older layout's progress and marks lie where the slots are now.
+    std::byte* jobs = Base() + sizeof(DatasetHeader) + shards * sizeof(Entry);
+    std::memset(jobs, 0, DatasetTableBytes(shards) - uint64_t(jobs - Base()));
     d.shards = shards;
     d.magic = kDatasetMagic;
   }
   return Status::Ok();
+}
+
+void FolderTables::ClearJob(uint32_t job) const {
+  std::memset(&Progress(job, 0), 0, kTableRanks * sizeof(RankProgress));
+  std::memset(&Marks(job, 0), 0, shards_ * sizeof(ReadMarks));
 }
 
 FolderTables::Locked::Locked(const FolderTables& t) : t_(t), lock_(t.mu_) {

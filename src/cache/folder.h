@@ -4,9 +4,12 @@
 //   DIR/stoker-cache.table     the folder's header (bytes held, a clock),
 //                              mmap'd; flock on it is the folder lock
 //   DIR/<dataset id>/table     one entry per shard: absent, being fetched
-//                              (its bytes reserved) or present; then each
-//                              node rank's progress and each shard's read
-//                              marks (planned eviction), mmap'd
+//                              (its bytes reserved) or present; then, per
+//                              job planning the cache (up to kTableJobs),
+//                              its plan, each node rank's progress and each
+//                              shard's read marks (planned eviction), mmap'd
+//   DIR/<dataset id>/jobs.lock    byte j: held shared by the processes of
+//                              the job in slot j (OFD: gone when they die)
 //   DIR/<dataset id>/fetch.lock   byte i: shard i's fetch lock (OFD)
 //   DIR/<dataset id>/pin.lock     byte i: shard i's pins (OFD, shared)
 //   DIR/<dataset id>/NNNNNNNN.stks   the cache files
@@ -25,10 +28,11 @@
 namespace stoker::cache_internal {
 
 inline constexpr uint64_t kFolderMagic = 0x31454843414b5453ull;  // "STKACHE1"
-// "STKACDS3": Entry::soon where version 2 kept a read count, then the
-// ranks' progress and the read marks. A version 2 table is taken over with
-// `soon` cleared (its files and bytes stay counted).
-inline constexpr uint64_t kDatasetMagic = 0x33534443414b5453ull;  // "STKACDS3"
+// "STKACDS4": the jobs' slots, then per job the ranks' progress and the
+// read marks (version 3 had one set for every job; version 2 a read count
+// where Entry::soon is). An older table is taken over with `soon` and all
+// after the entries cleared (its files and bytes stay counted).
+inline constexpr uint64_t kDatasetMagic = 0x34534443414b5453ull;  // "STKACDS4"
 
 struct FolderHeader {
   uint64_t magic;
@@ -84,13 +88,33 @@ struct ReadMarks {
 
 // Ranks of one node told apart in the table (a bit each in ReadMarks).
 inline constexpr uint32_t kTableRanks = 64;
+// Jobs with different plans (seed, world, ...) on one dataset whose
+// progress and marks the table keeps apart; a job beyond them evicts LRU.
+inline constexpr uint32_t kTableJobs = 4;
+
+// A job planning the cache: its plan as the other jobs need it to compute
+// its order (NeedOrder::Compute), and the epoch it is in. identity 0: free.
+struct JobSlot {
+  uint64_t identity;  // JobIdentity(): the plan without the epoch
+  uint64_t seed;
+  uint64_t epoch;
+  uint64_t position;  // where that epoch began (a resumed one, mid-way)
+  uint32_t window;
+  uint32_t batch_size;
+  uint32_t world_size;
+  uint32_t rank;            // one of the node's ranks (which node)
+  uint32_t ranks_per_node;  // the cache's (0: the plan's)
+  uint32_t plan_ranks_per_node;
+  uint32_t flags;  // 1 shuffle, 2 drop_last, 4 node_affinity
+  uint32_t unused;
+};
+static_assert(sizeof(JobSlot) == 64);
 
 // The dataset table's bytes for `shards` shards: the header, the entries,
-// the ranks' progress, the read marks. A table made before the last two
-// parts existed is grown with zeros (nothing read yet), which is valid.
+// the jobs' slots, their ranks' progress and their read marks.
 inline uint64_t DatasetTableBytes(uint64_t shards) {
-  return sizeof(DatasetHeader) + shards * sizeof(Entry) + kTableRanks * sizeof(RankProgress) +
-         shards * sizeof(ReadMarks);
+  return sizeof(DatasetHeader) + shards * sizeof(Entry) + kTableJobs * sizeof(JobSlot) +
+         kTableJobs * kTableRanks * sizeof(RankProgress) + kTableJobs * shards * sizeof(ReadMarks);
 }
 
 // A file mapped shared, created with `bytes` zero bytes when missing.
@@ -141,14 +165,19 @@ class FolderTables {
   Entry& At(uint32_t s) const {
     return reinterpret_cast<Entry*>(Base() + sizeof(DatasetHeader))[s];
   }
-  RankProgress& Progress(uint32_t r) const {
-    return reinterpret_cast<RankProgress*>(Base() + sizeof(DatasetHeader) +
-                                           shards_ * sizeof(Entry))[r];
+  JobSlot& Job(uint32_t j) const {
+    return reinterpret_cast<JobSlot*>(Base() + sizeof(DatasetHeader) +
+                                      shards_ * sizeof(Entry))[j];
   }
-  ReadMarks& Marks(uint32_t s) const {
-    return reinterpret_cast<ReadMarks*>(Base() + sizeof(DatasetHeader) + shards_ * sizeof(Entry) +
-                                        kTableRanks * sizeof(RankProgress))[s];
+  RankProgress& Progress(uint32_t job, uint32_t r) const {
+    return reinterpret_cast<RankProgress*>(JobsEnd())[size_t(job) * kTableRanks + r];
   }
+  ReadMarks& Marks(uint32_t job, uint32_t s) const {
+    return reinterpret_cast<ReadMarks*>(JobsEnd() + kTableJobs * kTableRanks *
+                                                        sizeof(RankProgress))[job * shards_ + s];
+  }
+  // A job's progress and marks cleared (a slot taken by a new job).
+  void ClearJob(uint32_t job) const;
   uint64_t shards() const { return shards_; }
   // Whether shard s's file is there (read without the folder lock).
   bool Present(uint32_t s) const {
@@ -171,6 +200,9 @@ class FolderTables {
 
  private:
   std::byte* Base() const { return static_cast<std::byte*>(table_.data()); }
+  std::byte* JobsEnd() const {
+    return Base() + sizeof(DatasetHeader) + shards_ * sizeof(Entry) + kTableJobs * sizeof(JobSlot);
+  }
   MappedFile folder_, table_;
   uint64_t shards_ = 0;
   mutable std::mutex mu_;

@@ -61,6 +61,7 @@ Status NodeCacheImpl::Init() {
   files_ = ShardFiles(ds_dir);
   fetch_lock_path_ = ds_dir + "/fetch.lock";
   pin_lock_path_ = ds_dir + "/pin.lock";
+  jobs_.emplace(ds_dir + "/jobs.lock");
   STOKER_RETURN_IF_ERROR(FolderError(CheckOfdLocks(fetch_lock_path_)));
   STOKER_RETURN_IF_ERROR(FolderError(tables_.Open(dir, ds_dir, manifest_.shards.size())));
   STOKER_RETURN_IF_ERROR(ChooseCapacity());
@@ -147,7 +148,23 @@ Result<size_t> NodeCacheImpl::Read(std::string_view key, uint64_t offset,
 Status NodeCacheImpl::BeginEpoch(const PlanOptions& plan, uint64_t epoch, uint64_t position) {
   epoch_ = epoch;
   if (!planned_) return Status::Ok();
-  return planner_.Begin(plan, epoch, position);
+  Result<int> job = -1;
+  {
+    FolderTables::Locked l(tables_);
+    job = jobs_->Claim(tables_, MakeJobSlot(plan, options_.ranks_per_node, epoch, position));
+  }
+  STOKER_RETURN_IF_ERROR(FolderError(job.status()));
+  if (*job < 0) {
+    if (!jobs_said_.exchange(true)) {
+      std::fprintf(stderr,
+                   "stoker: cache folder %s: %u other jobs with other plans already plan this "
+                   "dataset's cache; this one evicts least recently used\n",
+                   options_.dir.c_str(), kTableJobs);
+    }
+    planner_.Unplanned();
+    return Status::Ok();
+  }
+  return planner_.Begin(plan, epoch, position, uint32_t(*job));
 }
 
 CacheStats NodeCacheImpl::stats() const {

@@ -6,6 +6,7 @@
 //   space.h        the limit: reservations and eviction
 //   planner.h      the planned policy's next-use key and prefetch order
 //   ranking.h      eviction candidates, ranked once and kept between fetches
+//   jobs.h         the jobs planning one dataset's cache, a slot each
 //   cache_queue.h  the ReadQueue over the synchronous read path
 //
 // Thread safety: as every Store, safe for concurrent use.
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "cache/folder.h"
+#include "cache/jobs.h"
 #include "cache/planner.h"
 #include "cache/ranking.h"
 #include "cache/shard_files.h"
@@ -82,6 +84,7 @@ class NodeCacheImpl final : public NodeCache {
   ShardFiles files_;
   FolderTables tables_;
   std::optional<Space> space_;
+  std::optional<JobSlots> jobs_;  // under the folder lock
   EvictionRanking ranking_;  // under the folder lock
   uint64_t largest_shard_ = 0;
   Planner planner_;
@@ -90,7 +93,7 @@ class NodeCacheImpl final : public NodeCache {
 
   std::atomic<uint64_t> remote_bytes_{0}, cache_bytes_{0}, hits_{0}, misses_{0}, fetch_waits_{0},
       prefetches_{0}, evictions_{0}, refetches_{0};
-  std::atomic<bool> bad_said_{false}, write_said_{false};
+  std::atomic<bool> bad_said_{false}, write_said_{false}, jobs_said_{false};
 };
 
 }  // namespace stoker::cache_internal

@@ -1,10 +1,13 @@
 #include "cache/planner.h"
 
+#include "cache/jobs.h"
+
 #include <algorithm>
 
 namespace stoker::cache_internal {
 
-Status Planner::Begin(const PlanOptions& plan, uint64_t epoch, uint64_t position) {
+Status Planner::Begin(const PlanOptions& plan, uint64_t epoch, uint64_t position,
+                      uint32_t job) {
   STOKER_ASSIGN_OR_RETURN(NeedOrder cur, NeedOrder::Compute(dataset_id_, shard_samples_, plan,
                                                             ranks_per_node_, epoch, position));
   STOKER_ASSIGN_OR_RETURN(NeedOrder next, NeedOrder::Compute(dataset_id_, shard_samples_, plan,
@@ -14,11 +17,65 @@ Status Planner::Begin(const PlanOptions& plan, uint64_t epoch, uint64_t position
     view_.cur = std::make_shared<const NeedOrder>(std::move(cur));
     view_.next = std::make_shared<const NeedOrder>(std::move(next));
     view_.epoch = epoch;
+    view_.job = job;
     view_.generation++;
     changes_++;
   }
   cv_.notify_all();
   return Status::Ok();
+}
+
+void Planner::Unplanned() {
+  std::lock_guard lock(mu_);
+  view_.cur = view_.next = nullptr;
+  view_.generation++;
+  changes_++;
+}
+
+Status Planner::SetOthers(const std::vector<std::pair<uint32_t, JobSlot>>& slots) {
+  std::vector<Other> others;
+  Status failed;
+  bool changed;
+  {
+    std::lock_guard lock(mu_);
+    changed = slots.size() != others_.size();
+  }
+  for (const auto& [job, slot] : slots) {
+    Other o{slot, {}};
+    {
+      std::lock_guard lock(mu_);
+      for (const Other& had : others_) {
+        if (had.view.job == job && had.slot.identity == slot.identity &&
+            had.slot.epoch == slot.epoch && had.slot.position == slot.position) {
+          o.view = had.view;
+        }
+      }
+    }
+    if (!o.view.cur) {  // new, or in another epoch: its orders, outside the lock
+      changed = true;
+      const PlanOptions plan = PlanOfJob(slot);
+      auto cur = NeedOrder::Compute(dataset_id_, shard_samples_, plan, slot.ranks_per_node,
+                                    slot.epoch, slot.position);
+      auto next = NeedOrder::Compute(dataset_id_, shard_samples_, plan, slot.ranks_per_node,
+                                     slot.epoch + 1, 0);
+      if (!cur.ok() || !next.ok()) {  // a plan this process cannot follow: left out
+        failed = cur.ok() ? next.status() : cur.status();
+        continue;
+      }
+      o.view.cur = std::make_shared<const NeedOrder>(std::move(*cur));
+      o.view.next = std::make_shared<const NeedOrder>(std::move(*next));
+      o.view.epoch = slot.epoch;
+      o.view.job = job;
+    }
+    others.push_back(std::move(o));
+  }
+  if (!changed) return failed;
+  std::lock_guard lock(mu_);
+  others_ = std::move(others);
+  view_.others.clear();
+  for (const Other& o : others_) view_.others.push_back(o.view);
+  view_.generation++;
+  return failed;
 }
 
 Planner::View Planner::Current() const {
@@ -45,10 +102,10 @@ void Planner::OnRead(const View& v, FolderTables& t, uint32_t s) {
   const NeedOrder& c = *v.cur;
   const uint32_t step = c.RankFirst(c.local_rank, s);
   if (step == kNoStep) return;  // not this rank's shard in this epoch
-  RankProgress& p = t.Progress(c.local_rank);
+  RankProgress& p = t.Progress(v.job, c.local_rank);
   if (p.epoch_tag != Tag(v)) p = {Tag(v), 0};
   p.step = std::max(p.step, step);
-  ReadMarks& m = t.Marks(s);
+  ReadMarks& m = t.Marks(v.job, s);
   if (m.epoch_tag != Tag(v)) m = {Tag(v), 0};
   m.mask |= uint64_t(1) << c.local_rank;
   bool done = true;
@@ -65,15 +122,28 @@ void Planner::OnRead(const View& v, FolderTables& t, uint32_t s) {
 
 uint64_t Planner::NextUse(const View& v, const FolderTables& t, uint32_t s, bool after_mine,
                           bool* this_epoch) {
+  bool now = false;
+  uint64_t best = JobNextUse(v, t, s, after_mine, &now);
+  for (const JobView& o : v.others) {
+    bool theirs = false;
+    best = std::min(best, JobNextUse(o, t, s, false, &theirs));
+    now = now || theirs;
+  }
+  if (this_epoch) *this_epoch = now;
+  return best;
+}
+
+uint64_t Planner::JobNextUse(const JobView& v, const FolderTables& t, uint32_t s,
+                             bool after_mine, bool* this_epoch) {
   const NeedOrder& c = *v.cur;
-  const ReadMarks& m = t.Marks(s);
+  const ReadMarks& m = t.Marks(v.job, s);
   uint64_t read = m.epoch_tag == Tag(v) ? m.mask : 0;
   if (after_mine) read |= uint64_t(1) << c.local_rank;
   uint64_t best = kNever;
   for (uint32_t r = 0; r < c.ranks; ++r) {
     const uint32_t step = c.RankFirst(r, s);
     if (step == kNoStep || (read >> r & 1)) continue;
-    const RankProgress& p = t.Progress(r);
+    const RankProgress& p = t.Progress(v.job, r);
     if (p.epoch_tag > Tag(v)) continue;  // it has moved on to a later epoch
     const uint64_t at = p.epoch_tag == Tag(v) ? p.step : 0;
     best = std::min<uint64_t>(best, step > at ? step - at : 0);
@@ -85,7 +155,7 @@ uint64_t Planner::NextUse(const View& v, const FolderTables& t, uint32_t s, bool
   for (uint32_t r = 0; r < c.ranks && r < v.next->ranks; ++r) {
     const uint32_t there = v.next->RankFirst(r, s);
     if (there == kNoStep) continue;
-    const RankProgress& p = t.Progress(r);
+    const RankProgress& p = t.Progress(v.job, r);
     const uint64_t at = p.epoch_tag == Tag(v) ? p.step + 1 : 0;
     const uint64_t left = c.rank_order[r].size() > at ? c.rank_order[r].size() - at : 0;
     best = std::min<uint64_t>(best, left + there + 1);
@@ -100,7 +170,7 @@ std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint3
   // shard it reads now).
   uint64_t slowest = kNever;
   for (uint32_t r = 0; r < c.ranks; ++r) {
-    const RankProgress& p = t.Progress(r);
+    const RankProgress& p = t.Progress(v.job, r);
     const auto& order = c.rank_order[r];
     if (order.empty()) continue;
     const uint32_t k = p.epoch_tag == Tag(v) ? std::min<uint32_t>(p.step, order.size() - 1) : 0;
@@ -123,7 +193,7 @@ std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint3
     const uint32_t s = c.sequence[i];
     if (t.At(s).state != kAbsent) continue;
     bool now;
-    const uint64_t use = NextUse(v, t, s, false, &now);
+    const uint64_t use = JobNextUse(v, t, s, false, &now);
     if (now) {
       found.emplace_back(use, s);
       last_absent = i + 1;
@@ -138,7 +208,7 @@ std::vector<uint32_t> Planner::Ahead(const View& v, const FolderTables& t, uint3
       if (t.At(s).state != kAbsent) continue;
       absent = true;  // needed this epoch now, it may be needed only in the next later
       bool now;
-      const uint64_t use = NextUse(v, t, s, false, &now);
+      const uint64_t use = JobNextUse(v, t, s, false, &now);
       if (!now && use != kNever) found.emplace_back(use, s);
     }
     memo->next_clean = k == v.next->sequence.size() && !absent;

@@ -85,7 +85,20 @@ void NodeCacheImpl::PrefetchLoop() {
   std::vector<std::byte> buffer;
   uint64_t seen = 0;
   Planner::AheadMemo memo;
+  auto others_seen = std::chrono::steady_clock::time_point{};
   while (planner_.WaitForChange(&seen, std::chrono::milliseconds(200))) {
+    // The other jobs planning this dataset's cache, every 200 ms: their
+    // orders count in this process's eviction keys (jobs.h).
+    if (std::chrono::steady_clock::now() - others_seen >= std::chrono::milliseconds(200)) {
+      others_seen = std::chrono::steady_clock::now();
+      std::vector<std::pair<uint32_t, JobSlot>> others;
+      {
+        FolderTables::Locked l(tables_);
+        others = jobs_->Others(tables_);
+      }
+      // A job this one cannot plan for (over 64 ranks a node) is left out.
+      (void)planner_.SetOthers(others);
+    }
     const Planner::View v = planner_.Current();
     if (!v) continue;
     std::vector<uint32_t> ahead;
