@@ -1,0 +1,309 @@
+// The _stoker module's batches: numpy views that share the batch buffer and,
+// with device delivery, DLPack exports of the device copy (batches.h).
+#include "batches.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "binding.h"
+#include "stoker/gpu.h"
+#include "stoker/loader.h"
+
+namespace stoker::python {
+namespace {
+
+// ---- batches as arrays --------------------------------------------------------
+
+// One capsule per batch owns a reference to the batch buffer; it is the base
+// of every array of the batch.
+py::capsule BufferOwner(const Batch& batch) {
+  auto* ref = new std::shared_ptr<const BatchMemory>(batch.memory());
+  return py::capsule(ref,
+                     [](void* p) { delete static_cast<std::shared_ptr<const BatchMemory>*>(p); });
+}
+
+template <typename T>
+py::array View(std::span<const T> values, const py::capsule& owner) {
+  // Writable: the buffer belongs to this batch alone, and torch.from_numpy
+  // warns about read-only arrays.
+  return py::array_t<T>({values.size()}, {sizeof(T)}, const_cast<T*>(values.data()), owner);
+}
+
+py::array BoolView(std::span<const uint8_t> values, const py::capsule& owner) {
+  return py::array(py::dtype("bool"), {values.size()}, {sizeof(uint8_t)},
+                   const_cast<uint8_t*>(values.data()), owner);
+}
+
+py::array ByteView(std::span<const std::byte> bytes, const py::capsule& owner) {
+  auto* p = reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
+  return py::array_t<uint8_t>({bytes.size()}, {sizeof(uint8_t)}, p, owner);
+}
+
+// An image column's shape: (N, H, W, C) or (N, C, H, W) by its layout.
+std::vector<int64_t> ImageShape(const Batch::ImageColumn& c, size_t n) {
+  const int64_t h = c.height, w = c.width, ch = c.channels;
+  if (c.layout == ImageLayout::kNCHW) return {int64_t(n), ch, h, w};
+  return {int64_t(n), h, w, ch};
+}
+
+}  // namespace
+
+py::dtype ImageNumpyDType(ImageDType t) {
+  switch (t) {
+    case ImageDType::kFloat32:
+      return py::dtype("float32");
+    case ImageDType::kFloat16:
+      return py::dtype("float16");
+    case ImageDType::kUInt8:
+      break;
+  }
+  return py::dtype("uint8");
+}
+
+namespace {
+
+py::array ImageView(const Batch::ImageColumn& c, size_t n, const py::capsule& owner) {
+  const std::vector<int64_t> shape = ImageShape(c, n);
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = py::ssize_t(ImageDTypeSize(c.dtype));
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return py::array(ImageNumpyDType(c.dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()),
+                   strides, const_cast<std::byte*>(c.data.data()), owner);
+}
+
+
+
+py::object Out(const Output& out, py::array a) {
+  return out.array.is_none() ? py::object(a) : out.array(a);
+}
+
+template <typename T>
+py::object Out(const Output& out, std::span<const T> values, const py::capsule& owner) {
+  if constexpr (std::is_same_v<T, uint64_t>) {
+    if (out.signed_ids) {
+      const auto* p = reinterpret_cast<const int64_t*>(values.data());
+      return Out(out, View(std::span<const int64_t>(p, values.size()), owner));
+    }
+  }
+  return Out(out, View(values, owner));
+}
+
+}  // namespace
+
+py::dict BatchDict(const Batch& batch, const Output& out) {
+  const py::capsule owner = BufferOwner(batch);
+  py::dict d;
+  d["sample_ids"] = Out(out, batch.sample_ids(), owner);
+  d["padding"] = Out(out, BoolView(batch.padding(), owner));
+  for (const auto& c : batch.int64_columns()) d[py::str(c.name)] = Out(out, c.values, owner);
+  for (const auto& c : batch.image_columns()) {
+    d[py::str(c.name)] = Out(out, ImageView(c, batch.size(), owner));
+  }
+  for (const auto& c : batch.bytes_columns()) {
+    py::object offsets = Out(out, c.offsets, owner);
+    py::object data = Out(out, ByteView(c.data, owner));
+    d[py::str(c.name)] = out.bytes_column.is_none() ? py::object(py::make_tuple(offsets, data))
+                                                    : out.bytes_column(offsets, data);
+  }
+  return d;
+}
+
+namespace {
+
+// ---- batches on the GPU (DLPack) ----------------------------------------------
+//
+// With device delivery every array of a batch is a _DeviceArray over the
+// batch's device copy, exported through DLPack's __dlpack__(stream=...): the
+// consumer's stream waits for the loader's copy (an event, on the device) and
+// is remembered, so the device buffer is not reused before the work queued
+// on it has run (gpu.h). The DLPack structs (dlpack.h v1.0, a stable C ABI)
+// are declared here so the binding needs no extra header.
+
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+struct DLPackVersion {
+  uint32_t major;
+  uint32_t minor;
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned*);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+constexpr int32_t kDLCUDA = 2;
+constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6;
+
+// One array of a batch in device memory; holds the batch's device copy.
+struct DeviceArray {
+  std::shared_ptr<DeviceBatch> batch;
+  const void* data = nullptr;
+  std::vector<int64_t> shape;
+  DLDataType dtype{kDLUInt, 8, 1};
+
+  py::tuple DlpackDevice() const { return py::make_tuple(kDLCUDA, batch->device()); }
+
+  // The DLPack protocol (array API standard): `stream` is the consumer's
+  // stream (None: the legacy default stream; -1: no synchronisation).
+  py::object Dlpack(py::object stream, py::object max_version, py::object dl_device,
+                    py::object copy) {
+    if (!copy.is_none() && copy.cast<bool>()) {
+      throw py::buffer_error("stoker device arrays are exported without a copy");
+    }
+    if (!dl_device.is_none() && !dl_device.equal(DlpackDevice())) {
+      throw py::buffer_error("a stoker batch on cuda:" + std::to_string(batch->device()) +
+                             " cannot be exported to another device");
+    }
+    int64_t s = stream.is_none() ? int64_t(kLegacyDefaultStream) : stream.cast<int64_t>();
+    if (s == 0) throw py::value_error("stream 0 is ambiguous for CUDA (DLPack): pass 1 or 2");
+    if (s != -1) {
+      Status st;
+      {
+        py::gil_scoped_release release;
+        st = batch->WaitOn(static_cast<CudaStreamHandle>(s));
+      }
+      Check(st);
+    }
+    auto* ctx = new Ctx{batch, shape};
+    DLTensor t{const_cast<void*>(data),
+               {kDLCUDA, batch->device()},
+               int32_t(shape.size()),
+               dtype,
+               ctx->shape.data(),
+               nullptr,
+               0};
+    const bool versioned =
+        !max_version.is_none() && max_version.cast<std::pair<int, int>>().first >= 1;
+    if (versioned) {
+      auto* m = new DLManagedTensorVersioned{{1, 0}, ctx, nullptr, 0, t};
+      m->deleter = [](DLManagedTensorVersioned* x) {
+        delete static_cast<Ctx*>(x->manager_ctx);
+        delete x;
+      };
+      return Capsule(m, "dltensor_versioned");
+    }
+    auto* m = new DLManagedTensor{t, ctx, nullptr};
+    m->deleter = [](DLManagedTensor* x) {
+      delete static_cast<Ctx*>(x->manager_ctx);
+      delete x;
+    };
+    return Capsule(m, "dltensor");
+  }
+
+ private:
+  // What a DLPack consumer holds: the device copy and the shape array. Its
+  // deleter may run on any thread, without the GIL: no Python objects here.
+  struct Ctx {
+    std::shared_ptr<DeviceBatch> batch;
+    std::vector<int64_t> shape;
+  };
+
+  // A capsule nobody consumed (still named `name`) frees the tensor itself.
+  template <typename M>
+  static py::object Capsule(M* m, const char* name) {
+    PyCapsule_Destructor destroy = [](PyObject* cap) {
+      for (const char* n : {"dltensor", "dltensor_versioned"}) {
+        if (PyCapsule_IsValid(cap, n)) {
+          auto* x = static_cast<M*>(PyCapsule_GetPointer(cap, n));
+          x->deleter(x);
+        }
+      }
+    };
+    PyObject* cap = PyCapsule_New(m, name, destroy);
+    if (cap == nullptr) {
+      m->deleter(m);
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(cap);
+  }
+};
+
+template <typename T>
+py::object DeviceOut(const Output& out, const Batch& b, const T* host, std::vector<int64_t> shape,
+                     DLDataType dtype) {
+  DeviceArray a{b.device(), b.device_pointer(host), std::move(shape), dtype};
+  py::object o = py::cast(std::move(a));
+  return out.array.is_none() ? o : out.array(o);
+}
+
+// BatchDict's layout, every array on the device.
+}  // namespace
+
+py::dict DeviceBatchDict(const Batch& b, const Output& out) {
+  const int64_t n = int64_t(b.size());
+  const DLDataType u64{out.signed_ids ? kDLInt : kDLUInt, 64, 1};
+  py::dict d;
+  d["sample_ids"] = DeviceOut(out, b, b.sample_ids().data(), {n}, u64);
+  d["padding"] = DeviceOut(out, b, b.padding().data(), {n}, {kDLBool, 8, 1});
+  for (const auto& c : b.int64_columns()) {
+    d[py::str(c.name)] = DeviceOut(out, b, c.values.data(), {n}, {kDLInt, 64, 1});
+  }
+  for (const auto& c : b.image_columns()) {
+    const DLDataType t = c.dtype == ImageDType::kUInt8
+                             ? DLDataType{kDLUInt, 8, 1}
+                             : DLDataType{kDLFloat, uint8_t(8 * ImageDTypeSize(c.dtype)), 1};
+    d[py::str(c.name)] = DeviceOut(out, b, c.data.data(), ImageShape(c, size_t(n)), t);
+  }
+  for (const auto& c : b.bytes_columns()) {
+    py::object offsets = DeviceOut(out, b, c.offsets.data(), {n + 1}, u64);
+    py::object data = DeviceOut(out, b, c.data.data(), {int64_t(c.data.size())}, {kDLUInt, 8, 1});
+    d[py::str(c.name)] = out.bytes_column.is_none() ? py::object(py::make_tuple(offsets, data))
+                                                    : out.bytes_column(offsets, data);
+  }
+  return d;
+}
+
+
+void BindBatches(py::module_& m) {
+  py::class_<DeviceArray>(m, "_DeviceArray")
+      .def("__dlpack__", &DeviceArray::Dlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__", &DeviceArray::DlpackDevice)
+      .def_property_readonly("shape",
+                             [](const DeviceArray& a) { return py::tuple(py::cast(a.shape)); })
+      .def_property_readonly("device", [](const DeviceArray& a) { return a.batch->device(); })
+      .def("__len__", [](const DeviceArray& a) { return a.shape.empty() ? 0 : a.shape[0]; })
+      .def("__repr__", [](const DeviceArray& a) {
+        std::string shape;
+        for (int64_t x : a.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(x);
+        return "<stoker device array (" + shape + ") on cuda:" + std::to_string(a.batch->device()) +
+               ">";
+      });
+  m.def("_built_with_cuda", &BuiltWithCuda);
+}
+
+}  // namespace stoker::python

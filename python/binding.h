@@ -1,0 +1,41 @@
+// The parts of the _stoker module (stoker_ext.cc joins them) and what they
+// share: a Status on its way to Python (StatusError, raised as the
+// registered exception class by the module's translator) and its helpers.
+//
+// Thread safety: every function here is called with the GIL held.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <utility>
+
+#include "stoker/status.h"
+
+namespace stoker::python {
+
+namespace py = pybind11;
+
+// A non-OK Status on its way to Python.
+struct StatusError {
+  Status status;
+};
+
+[[noreturn]] inline void Throw(const Status& s) { throw StatusError{s}; }
+
+template <typename T>
+T Unwrap(Result<T> r) {
+  if (!r.ok()) Throw(r.status());
+  return std::move(r).value();
+}
+
+inline void Check(const Status& s) {
+  if (!s.ok()) Throw(s);
+}
+
+// The module's parts, each in its own file.
+void BindBatches(py::module_& m);      // batches.cc: _DeviceArray
+void BindLoader(py::module_& m);       // loader_binding.cc: _Loader, decode, pack, inspect, verify
+void BindCheckpoints(py::module_& m);  // ckpt_binding.cc: _Checkpointer, saved states
+void RegisterMetrics(py::module_& m);  // metrics_binding.cc
+
+}  // namespace stoker::python
