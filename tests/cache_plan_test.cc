@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -238,6 +240,46 @@ TEST(CachePlan, AnotherJobsNeedsCountInTheEvictionKey) {
   // Without the other job, the key is this job's alone.
   ASSERT_TRUE(tb.planner.SetOthers({}).ok());
   EXPECT_EQ(Planner::NextUse(tb.planner.Current(), tb.t, x, false, &now), alone);
+}
+
+// A table of the previous layout (one set of progress and marks where the
+// jobs' slots are now): its entries are kept, the rest is cleared, so no
+// job reads the old bytes as a slot.
+TEST(CachePlan, OlderTableIsTakenOverWithItsEntriesAndNoSlots) {
+  testing::TempDir dir;
+  const auto ds = dir.path() / "ds";
+  std::filesystem::create_directories(ds);
+  {
+    std::vector<std::byte> old(DatasetTableBytes(kShards), std::byte{0x5a});
+    DatasetHeader h{};
+    h.magic = 0x33534443414b5453ull;  // "STKACDS3"
+    h.shards = kShards;
+    std::memcpy(old.data(), &h, sizeof h);
+    for (uint32_t x = 0; x < kShards; ++x) {
+      Entry e{};
+      e.state = x % 2 ? kPresent : kAbsent;
+      e.bytes = x % 2 ? 100 : 0;
+      e.soon = 1;
+      std::memcpy(old.data() + sizeof h + x * sizeof(Entry), &e, sizeof e);
+    }
+    std::FILE* f = std::fopen((ds / "table").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(old.data(), 1, old.size(), f), old.size());
+    std::fclose(f);
+  }
+  FolderTables t;
+  ASSERT_TRUE(t.Open(dir.path().string(), ds.string(), kShards).ok());
+  EXPECT_EQ(t.dataset().magic, kDatasetMagic);
+  for (uint32_t x = 0; x < kShards; ++x) {
+    ASSERT_EQ(t.At(x).state, x % 2 ? kPresent : kAbsent) << x;
+    ASSERT_EQ(t.At(x).bytes, x % 2 ? 100u : 0u) << x;
+    ASSERT_EQ(t.At(x).soon, 0u) << x;
+  }
+  for (uint32_t j = 0; j < kTableJobs; ++j) {
+    EXPECT_EQ(t.Job(j).identity, 0u) << "slot " << j;
+    EXPECT_EQ(t.Progress(j, 0).step, 0u);
+    EXPECT_EQ(t.Marks(j, kShards - 1).mask, 0u);
+  }
 }
 
 }  // namespace
