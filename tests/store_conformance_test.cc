@@ -1151,9 +1151,10 @@ TEST_P(PosixStoreTest, RemoveFolderTakesTemporaryFilesAndSubFolders) {
   EXPECT_FALSE(fs::exists(root_ / "ln"));
 }
 
-// RemoveEmptyFolder takes a folder only when it holds nothing but empty
-// folders unchanged for the idle time (what a writer killed after its mkdir
-// leaves), and a writer's Put into a folder removed under it still lands.
+// RemoveEmptyFolder takes a folder only when it holds nothing but folders
+// and temporary files unchanged for the idle time (what a writer killed
+// after its mkdir, or before its rename, leaves), and a writer's Put into a
+// folder removed under it still lands.
 TEST_P(PosixStoreTest, RemoveEmptyFolderTakesOnlyIdleEmptyFolders) {
   const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
   auto age = [&](const fs::path& p) {
@@ -1166,17 +1167,28 @@ TEST_P(PosixStoreTest, RemoveEmptyFolderTakesOnlyIdleEmptyFolders) {
   fs::create_directories(root_ / "fresh/rank-00000");
   fs::create_directories(root_ / "tmp/rank-00000");
   testing::WriteFile(root_ / "tmp/rank-00000/.000.chunk.tmp.4242.9", RandomBytes(10, 1));
+  fs::create_directories(root_ / "freshtmp/rank-00000");
+  testing::WriteFile(root_ / "freshtmp/rank-00000/.000.chunk.tmp.4242.8", RandomBytes(10, 1));
+  fs::create_directories(root_ / "other/rank-00000");
+  testing::WriteFile(root_ / "other/rank-00000/.hidden", RandomBytes(10, 1));
   ASSERT_OK(store_->Put("obj/rank-00000/000.chunk", RandomBytes(10, 2)));
-  for (const char* d : {"dead", "tmp", "obj"}) age(root_ / d);
+  for (const char* d : {"dead", "tmp", "obj", "other"}) age(root_ / d);
+  age(root_ / "freshtmp");
+  fs::last_write_time(root_ / "freshtmp/rank-00000/.000.chunk.tmp.4242.8",
+                      fs::file_time_type::clock::now());  // a writer at it
   EXPECT_TRUE(removed(store_->RemoveEmptyFolder("dead/", minute)));
   EXPECT_FALSE(fs::exists(root_ / "dead"));
-  for (const char* d : {"fresh/", "tmp/", "obj/"}) {
+  // A killed writer's temporary file, idle: taken with its folders.
+  EXPECT_TRUE(removed(store_->RemoveEmptyFolder("tmp/", minute)));
+  EXPECT_FALSE(fs::exists(root_ / "tmp"));
+  for (const char* d : {"fresh/", "freshtmp/", "other/", "obj/"}) {
     auto r = store_->RemoveEmptyFolder(d, minute);
     ASSERT_TRUE(r.ok()) << d << r.status().ToString();
     EXPECT_FALSE(*r) << d;
   }
   EXPECT_TRUE(fs::exists(root_ / "fresh/rank-00000"));
-  EXPECT_TRUE(fs::exists(root_ / "tmp/rank-00000/.000.chunk.tmp.4242.9"));
+  EXPECT_TRUE(fs::exists(root_ / "freshtmp/rank-00000/.000.chunk.tmp.4242.8"));
+  EXPECT_TRUE(fs::exists(root_ / "other/rank-00000/.hidden"));
   EXPECT_TRUE(store_->Stat("obj/rank-00000/000.chunk").ok());
   EXPECT_EQ(store_->RemoveEmptyFolder("dead/", minute).status().code(), Code::kNotFound);
   EXPECT_EQ(store_->RemoveEmptyFolder("obj/rank-00000/000.chunk/", minute).status().code(),

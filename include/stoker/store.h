@@ -233,12 +233,12 @@ class Store {
   // time may survive it. The default lists and removes each object.
   virtual Status RemoveFolder(std::string_view folder);
 
-  // Removes `folder` (as for RemoveFolder) only if it holds nothing: no
-  // object, nothing else the backend keeps there (a POSIX store's temporary
-  // files of writes under way or killed), only empty sub-folders, and none
-  // of it changed within `idle`. What a writer killed between making a
-  // folder and creating its first file in it leaves (POSIX), which no
-  // listing shows. True when it was removed; false when it holds something
+  // Removes `folder` (as for RemoveFolder) only if it holds no object: only
+  // sub-folders and the backend's temporary files of writes killed before
+  // they landed (a POSIX store's ".NAME.tmp.PID.N"), none of them changed
+  // within `idle`. What a writer killed after making a folder leaves
+  // (POSIX), which no listing shows. A writer stalled longer than `idle`
+  // loses its temporary file: its Put then fails, naming the object. True when it was removed; false when it holds something
   // or changed within `idle` (a writer may be about to use it: it is left
   // alone); NotFound when there is no such folder. The default (a store
   // without folders keeps nothing besides objects): false when

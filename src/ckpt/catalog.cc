@@ -321,17 +321,18 @@ Status Catalog::RemoveOne(const std::string& name, bool repoint) {
   return Status::Ok();
 }
 
-// NAME/ without objects: what a save killed between making the folder and
-// writing into it left, if it holds nothing and has been unchanged for
-// kLeftoverAge; else NotFound, saying what is there.
+// NAME/ without objects: what a save killed before its first object landed
+// left (folders, temporary files), if unchanged for kLeftoverAge; else
+// NotFound, saying what is there.
 Status Catalog::RemoveEmptyLeftover(const std::string& name) {
   auto gone = store_->RemoveEmptyFolder(name + "/", kLeftoverAge);
   if (gone.ok() && *gone) return Status::Ok();
   if (!gone.ok() && gone.status().code() != Code::kNotFound) return gone.status();
   std::string why;
   if (gone.ok()) {
-    why = " (its folder holds no object, but temporary files or changes of the last " +
-          std::to_string(kLeftoverAge.count()) + " s: a save may be writing it; left alone)";
+    why = " (its folder holds no object, but changes of the last " +
+          std::to_string(kLeftoverAge.count()) +
+          " s or files no killed save leaves: a save may be writing it; left alone)";
   }
   return NotFound("no checkpoint " + name + " at " + uri() + why);
 }

@@ -1,6 +1,7 @@
 // Private to the POSIX store: what its two read engines (io_uring in
 // posix_uring.cc, a thread pool in posix_threads.cc) share with it, so that
-// both check requests, open files and name errors the same way.
+// both check requests, open files and name errors the same way, and the
+// file I/O of reads and Puts (posix_io.cc).
 #pragma once
 
 #include <condition_variable>
@@ -67,6 +68,25 @@ Result<size_t> PreadFully(int fd, uint64_t offset, std::span<std::byte> dst, boo
 // close. The thread-pool engine runs this; so does PosixStore::Read.
 ReadCompletion ReadRange(const std::string& root, std::string_view key, uint64_t offset,
                          std::span<std::byte> dst, uint64_t tag, bool direct);
+
+// ---- the write side of a Put (posix_io.cc) ----
+
+// The Status of the failed system call `call` on `path`, from errno (read
+// first thing, before a message is built).
+Status SysError(std::string_view call, std::string_view path);
+// The folder part of an absolute path ("/a/b" -> "/a", "/a" -> "/").
+std::string ParentOf(const std::string& path);
+// fsync of a folder, so that an entry created, renamed or removed in it
+// survives a crash.
+Status SyncDir(const std::string& dir);
+// Creates `dir` and any missing parents, fsync'ing each new entry's parent;
+// `key` names the Put in messages.
+Status EnsureDir(const std::string& dir, std::string_view key);
+// Writes `data` to `fd` from offset 0, showing each piece to `see` (if set)
+// just before it is copied; with `direct` (fd opened O_DIRECT) the aligned
+// body bypasses the page cache (see posix_io.cc).
+Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path, bool direct,
+                const Store::PutObserver* see);
 
 // The store-wide pool of the thread engine. Clients (read queues) post
 // themselves; a worker calls RunOne, which serves one request and returns
