@@ -987,10 +987,13 @@ TEST(CkptLeftovers, EmptyFoldersAreNoCheckpointsAndRmTakesOnlyDeadOnes) {
   ASSERT_OK((*c)->Save("a", MakeCkptContent(1).refs, {}));
   const auto dead = EmptyLeftover(uri, "dead", /*old=*/true);
   const auto fresh = EmptyLeftover(uri, "fresh", /*old=*/false);
-  // A folder with a temporary file only: a write under way (or a killed one).
-  const auto busy = EmptyLeftover(uri, "busy", /*old=*/false);
+  // A folder with a temporary file only: a write under way (written just
+  // now), or a killed one (idle ten minutes and more).
+  const auto busy = EmptyLeftover(uri, "busy", /*old=*/true);
   std::ofstream(busy / "rank-00000" / ".000000.chunk.tmp.1.1") << "x";
-  Age(busy);
+  const auto killed = EmptyLeftover(uri, "killed", /*old=*/false);
+  std::ofstream(killed / "rank-00000" / ".000000.chunk.tmp.1.2") << "x";
+  Age(killed);
 
   auto list = (*c)->List();
   ASSERT_TRUE(list.ok()) << list.status().ToString();
@@ -999,6 +1002,8 @@ TEST(CkptLeftovers, EmptyFoldersAreNoCheckpointsAndRmTakesOnlyDeadOnes) {
 
   ASSERT_OK((*c)->Remove("dead"));
   EXPECT_FALSE(std::filesystem::exists(dead));
+  ASSERT_OK((*c)->Remove("killed"));
+  EXPECT_FALSE(std::filesystem::exists(killed));
   for (const auto& kept : {fresh, busy}) {
     Status s = (*c)->Remove(kept.filename().string());
     EXPECT_EQ(s.code(), Code::kNotFound) << s.ToString();
