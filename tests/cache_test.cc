@@ -324,6 +324,48 @@ TEST(NodeCache, OfflineOptimumIsBeladysMin) {
   EXPECT_EQ(cache_internal::OptimalRemoteBytes(a, big, 2), (std::vector<uint64_t>{7, 5}));
 }
 
+// Five jobs with different seeds on one dataset's cache (each loader its
+// own job: its own lock descriptions, as separate processes): four plan
+// it, the fifth evicts LRU and says so once; every one reads its epoch
+// whole and right.
+TEST(NodeCache, AFifthJobOnADatasetEvictsLruAndSaysSo) {
+  TempDir t;
+  Dataset d(t.path(), 300, 21, 16 << 10);
+  std::vector<std::unique_ptr<Loader>> loaders;
+  ::testing::internal::CaptureStderr();
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    LoaderOptions o;
+    o.batch_size = 16;
+    o.threads = 2;
+    o.seed = seed;
+    o.cache_dir = (t.path() / "cache").string();
+    o.cache_bytes = d.bytes / 2;
+    o.cache_policy = "planned";
+    auto l = Loader::Open(d.uri, o);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    loaders.push_back(std::move(*l));
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("4 other jobs with other plans already plan this dataset's cache; this "
+                      "one evicts least recently used"),
+            std::string::npos)
+      << said;
+  for (auto& l : loaders) {
+    std::set<uint64_t> ids;
+    while (true) {
+      auto b = l->Next();
+      if (!b.ok()) {
+        EXPECT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+        break;
+      }
+      for (size_t i = 0; i < b->size(); ++i) {
+        if (!b->padding()[i]) ids.insert(b->sample_ids()[i]);
+      }
+    }
+    EXPECT_EQ(ids.size(), 300u);
+  }
+}
+
 TEST(NodeCache, DatasetsAreKeptApart) {
   TempDir t;
   Dataset a(t.path() / "a", 80, 8), b(t.path() / "b", 80, 9);
