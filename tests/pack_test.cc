@@ -301,17 +301,34 @@ TEST(PackAtomicity, KilledPackLeavesNoReadableDataset) {
   const std::string bin = StokerBin();
   ASSERT_TRUE(fs::exists(bin)) << bin;
   std::mt19937 rng(12345);
-  int killed_before_commit = 0;
-  for (int trial = 0; trial < 12; ++trial) {
-    const std::string ds = (d.path() / ("ds" + std::to_string(trial))).string();
+  auto start_pack = [&](const std::string& ds) {
     const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
     if (pid == 0) {
       execl(bin.c_str(), bin.c_str(), "pack", "--quiet", "--shard-mib", "0.25", "--threads", "2",
             (d.path() / "src").c_str(), ds.c_str(), nullptr);
       _exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300000));
+    return pid;
+  };
+  // How long a whole pack takes on this machine: the kills land within 1.25
+  // times that, most of them mid-pack, some after its commit (a fixed
+  // 300 ms window missed most packs on a fast machine).
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t whole = start_pack((d.path() / "whole").string());
+  ASSERT_GE(whole, 0);
+  int whole_status = 0;
+  waitpid(whole, &whole_status, 0);
+  ASSERT_TRUE(WIFEXITED(whole_status) && WEXITSTATUS(whole_status) == 0);
+  const uint64_t pack_us = std::max<uint64_t>(
+      1000, std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::steady_clock::now() - t0)
+                .count());
+  int killed_before_commit = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::string ds = (d.path() / ("ds" + std::to_string(trial))).string();
+    const pid_t pid = start_pack(ds);
+    ASSERT_GE(pid, 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % (pack_us * 5 / 4)));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
@@ -351,6 +368,8 @@ TEST(PackAtomicity, KilledPackLeavesNoReadableDataset) {
       EXPECT_TRUE(report->ok());
     }
   }
+  std::printf("a whole pack took %llu us; %d of 12 kills landed before its commit\n",
+              (unsigned long long)pack_us, killed_before_commit);
   EXPECT_GT(killed_before_commit, 3) << "the kills should mostly land mid-pack";
 }
 
