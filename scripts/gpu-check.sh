@@ -55,7 +55,7 @@ prepare() {
   du -sh "$carry"
 }
 
-# Builds python/stoker_ext.cc against this machine's python3 and pybind11,
+# Builds the binding (python/*.cc) against this machine's python3 and pybind11,
 # linked to the carried static modules, into /tmp/stoker-py (once). Returns
 # 2 where there is no pybind11.
 py=/tmp/stoker-py
@@ -70,11 +70,14 @@ build_binding() {
   rm -rf "$py"
   mkdir -p "$py/stoker"
   cp python/stoker/*.py "$py/stoker/"
+  # One compiler a file, all at once, then the link.
+  mkdir -p "$py/obj"
   # shellcheck disable=SC2086
-  if ! timeout 300 c++ -O2 -std=c++20 -shared -fPIC $inc -Iinclude -Isrc \
-    -DSTOKER_VERSION='"gpu-check"' python/stoker_ext.cc \
-    -o "$py/stoker/_stoker$suffix" -Wl,--start-group "$carry"/lib-static/*.a -Wl,--end-group \
-    "$carry"/lib/*.so* /usr/local/cuda/lib64/libcudart_static.a -ldl -lrt -lpthread \
+  if ! { ls python/*.cc | xargs -P "$(nproc)" -I{} sh -c \
+    'timeout 300 c++ -O2 -std=c++20 -fPIC '"$inc"' -Iinclude -Isrc -DSTOKER_VERSION="\"gpu-check\"" -c {} -o '"$py"'/obj/$(basename {} .cc).o' &&
+    timeout 120 c++ -shared "$py"/obj/*.o -o "$py/stoker/_stoker$suffix" \
+      -Wl,--start-group "$carry"/lib-static/*.a -Wl,--end-group \
+      "$carry"/lib/*.so* /usr/local/cuda/lib64/libcudart_static.a -ldl -lrt -lpthread; } \
     >"$out/python_build.log" 2>&1; then
     tail -20 "$out/python_build.log"
     return 1
@@ -253,6 +256,12 @@ EOF
 
 case "${1:-}" in
   prepare) prepare ;;
+  binding)
+    # The binding alone, for the other GPU scripts (scripts/gpu/loader.sh).
+    out=${OUT:-/tmp/gpu-check}
+    mkdir -p "$out"
+    build_binding
+    ;;
   run)
     dest=${OUT:-$PWD/gpu-out}
     mkdir -p "$dest"
@@ -266,7 +275,7 @@ case "${1:-}" in
     exit "$rc"
     ;;
   *)
-    echo "usage: $0 prepare|run" >&2
+    echo "usage: $0 prepare|run|binding" >&2
     exit 2
     ;;
 esac

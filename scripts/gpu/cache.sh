@@ -18,7 +18,8 @@
 # With the device tool: run(command="bash scripts/gpu/cache.sh run",
 #                           carry=[".gpu-carry-cache"])
 set -euo pipefail
-carry=.gpu-carry-cache
+carry=${STOKER_CACHE_CARRY:-.gpu-carry-cache}
+[[ -d $carry || ${1:-} != run ]] || carry=.gpu-carry
 
 prepare() {
   grep -qx "/$carry/" .git/info/exclude 2>/dev/null || echo "/$carry/" >>"$(git rev-parse --git-path info/exclude)"

@@ -17,6 +17,16 @@
 #        cores, not the prefetch depth, should set the speed)
 #     4. stoker bench gpu-loader on raw 128 KiB samples hot in the page
 #        cache, default options (target: >= 40 GB/s into HBM)
+#     5. (membw) scripts/gpu/membw.py: host memory copies with and without
+#        an H2D copy running beside them (does the DMA take the workers'
+#        memory bandwidth?)
+#     6. (reads) the 128 KiB set, host delivery, --reads-in-flight 8, 16,
+#        32, 64 against the automatic default
+#     7. (profile) a CPU profile (perf record -e cpu-clock, flat, by
+#        symbol) of `bench loader` at 16 threads: decode, raw 4-12 KiB and
+#        raw 128 KiB. perf is not on the image: carried in .gpu-carry-perf/
+#        (perf, its libraries, and stoker with its symbols), made by
+#        `scripts/gpu/loader.sh perf-carry` here.
 #
 # Environment: STOKER_SCALING_ARGS (extra bench/scaling.py flags, e.g.
 # "--images 2000 --repeats 2 --modes raw,decode"), STOKER_LOADER_STEPS
@@ -30,6 +40,19 @@ carry=.gpu-carry
 
 if [[ ${1:-} == prepare ]]; then
   exec bash scripts/gpu-check.sh prepare
+fi
+if [[ ${1:-} == perf-carry ]]; then
+  set -e
+  pc=.gpu-carry-perf
+  grep -qx "/$pc/" .git/info/exclude || echo "/$pc/" >>.git/info/exclude
+  rm -rf "$pc" && mkdir -p "$pc/lib"
+  cp "$(readlink -f "$(command -v perf)")" "$pc/perf"
+  ldd "$pc/perf" | awk '/=> \// {print $3}' |
+    grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
+    while read -r lib; do cp -L "$lib" "$pc/lib/"; done
+  cp build-gpu/stoker "$pc/stoker"  # unstripped: perf names its functions
+  du -sh "$pc"
+  exit 0
 fi
 [[ ${1:-} == run ]] || { echo "usage: $0 prepare|run" >&2; exit 2; }
 
@@ -51,20 +74,12 @@ step machine
   python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
 } 2>&1 | tee "$out/machine.txt"
 
-# The binding, as scripts/gpu-check.sh builds it: python/stoker_ext.cc for
-# this python3, linked to the carried static modules.
+# The binding, as scripts/gpu-check.sh builds it (python/*.cc for this
+# python3, linked to the carried static modules), into /tmp/stoker-py.
 py=/tmp/stoker-py
 if [[ ! -f $py/stoker/built ]]; then
   step "Python binding"
-  inc=$(python3 -m pybind11 --includes) || { echo "no pybind11 for python3"; exit 1; }
-  suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-  rm -rf "$py" && mkdir -p "$py/stoker" && cp python/stoker/*.py "$py/stoker/"
-  # shellcheck disable=SC2086
-  time c++ -O2 -std=c++20 -shared -fPIC $inc -Iinclude -Isrc -DSTOKER_VERSION='"gpu-loader"' \
-    python/stoker_ext.cc -o "$py/stoker/_stoker$suffix" -Wl,--start-group "$carry"/lib-static/*.a \
-    -Wl,--end-group "$carry"/lib/*.so* /usr/local/cuda/lib64/libcudart_static.a -ldl -lrt \
-    -lpthread >"$out/python_build.log" 2>&1 || { tail -20 "$out/python_build.log"; exit 1; }
-  touch "$py/stoker/built"
+  OUT=$out bash scripts/gpu-check.sh binding || exit 1
 fi
 
 data=/tmp/stoker-scaling
@@ -120,5 +135,49 @@ PY
       tee -a "$out/gpu_loader.txt" | tail -12
     ((PIPESTATUS[0] == 0)) || fail=1
   done
+fi
+if want membw; then
+  step "host memory copies beside an H2D copy (scripts/gpu/membw.py)"
+  python3 scripts/gpu/membw.py --json "$out/membw.json" 2>&1 | tee "$out/membw.txt"
+fi
+
+if want reads; then
+  gib=${STOKER_GPU_DATA_GIB:-4}
+  ds=/tmp/stoker-gpu-data-$gib/ds
+  if [[ -f $ds/manifest.stoker ]]; then
+    step "reads in flight: raw 128 KiB, host delivery"
+    for r in 0 8 16 32 64 0; do
+      printf 'reads_in_flight %-3s ' "$r"
+      "$bin/stoker" bench loader "$ds" --epochs 2 --reads-in-flight "$r" --json 2>&1 |
+        python3 -c 'import json, sys; j = json.load(sys.stdin)
+print("%.2f GB/s, epochs %s samples/s" % (j["mb_per_s"] / 1e3, [round(x) for x in j["epoch_samples_per_s"]]))' 2>&1 |
+        tee -a "$out/reads.txt"
+    done
+  fi
+fi
+
+if want profile; then
+  pc=$PWD/.gpu-carry-perf
+  if [[ -x $pc/perf ]]; then
+    perf() { LD_LIBRARY_PATH=$pc/lib:$LD_LIBRARY_PATH "$pc/perf" "$@"; }
+    for what in jpg raw raw128; do
+      case $what in
+        jpg) ds=$data/jpg-ds flags=(--decode --epochs 3 --batch-size 64) ;;
+        raw) ds=$data/raw-ds flags=(--epochs 3 --batch-size 64) ;;
+        raw128) ds=/tmp/stoker-gpu-data-${STOKER_GPU_DATA_GIB:-4}/ds flags=(--epochs 2) ;;
+      esac
+      [[ -f $ds/manifest.stoker ]] || continue
+      step "CPU profile: bench loader $what, --threads $(nproc)"
+      perf record -e cpu-clock -F 999 -o "$out/$what.perf" -- "$pc/stoker" bench loader "$ds" \
+        --threads "$(nproc)" "${flags[@]}" 2>&1 | tail -6
+      perf report -i "$out/$what.perf" --stdio --sort sym --percent-limit 0.7 2>/dev/null |
+        grep -v '^#' | grep -v '^$' | head -40 | tee "$out/profile_$what.txt"
+      perf report -i "$out/$what.perf" --stdio --sort dso --percent-limit 1 2>/dev/null |
+        grep -v '^#' | grep -v '^$' | head -8 | tee -a "$out/profile_$what.txt"
+      rm -f "$out/$what.perf"
+    done
+  else
+    echo "profile: no .gpu-carry-perf (scripts/gpu/loader.sh perf-carry here)"
+  fi
 fi
 exit "$fail"
