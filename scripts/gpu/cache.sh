@@ -10,10 +10,13 @@
 #                                  4 MiB shards (STOKER_CACHE_DATA_MIB, default
 #                                  2048) on local disk, fills a cache folder from
 #                                  it (`bench node`, 1 rank, 1 epoch), then for
-#                                  two rounds: `bench node` from the warm cache
-#                                  with 8 ranks and with 1 rank (2 epochs), and
-#                                  fio reading the cache files (buffered, 1 MiB
-#                                  reads, 8 jobs and 1 job). Prints the ratios.
+#                                  two rounds, cold (page cache dropped before
+#                                  each side: the cache folder's disk) and hot:
+#                                  `bench node` from the warm cache with 8 ranks
+#                                  and with 1 rank (1 epoch, default threads),
+#                                  and fio reading every cache file once
+#                                  (buffered, 1 MiB reads, 8 jobs and 1 job).
+#                                  Prints the ratios.
 #
 # With the device tool: run(command="bash scripts/gpu/cache.sh run",
 #                           carry=[".gpu-carry-cache"])
@@ -33,6 +36,51 @@ prepare() {
     grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
     while read -r lib; do cp -L "$lib" "$carry/lib/"; done
   du -sh "$carry"
+}
+
+# The peer: every cache file read once, 1 MiB reads, by N jobs that split
+# the files between them (fio, or the same reads from Python where fio is
+# missing), in fio's JSON shape.
+peer() {
+  local dir=$1 n=$2
+  if command -v fio >/dev/null; then
+    # N jobs, each reading its own N-th of the files: the dataset once, as
+    # the N ranks read it (numjobs would read every file N times, all but
+    # the first from the page cache).
+    local i jobs
+    jobs=$(mktemp)
+    printf '[global]\nrw=read\nbs=1M\nioengine=psync\ninvalidate=0\ngroup_reporting=1\ndirectory=%s\n' \
+      "$dir" >"$jobs"
+    for ((i = 0; i < n; i++)); do
+      printf '[part%d]\nfilename=%s\n' "$i" \
+        "$(cd "$dir" && ls ./*.stks | sed 's|^\./||' | awk -v n="$n" -v i="$i" 'NR % n == i' | paste -sd:)" >>"$jobs"
+    done
+    fio --output-format=json "$jobs" 2>/dev/null | sed -n '/^{/,$p'
+    rm -f "$jobs"
+    return
+  fi
+  python3 - "$dir" "$n" <<'PEER'
+import json, os, sys, time
+from multiprocessing import Pool
+d, n = sys.argv[1], int(sys.argv[2])
+files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".stks"))
+def job(i):
+    total = 0
+    for p in files[i::n]:
+        fd = os.open(p, os.O_RDONLY)
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            total += len(b)
+        os.close(fd)
+    return total
+t = time.time()
+with Pool(n) as pool:
+    total = sum(pool.map(job, range(n)))
+print(json.dumps({"peer": "python os.read, 1 MiB (no fio)",
+                  "jobs": [{"read": {"bw_bytes": total / (time.time() - t)}}]}))
+PEER
 }
 
 run() {
@@ -57,63 +105,44 @@ for i in range(n):
 EOF
   "$stoker" pack "$work/src" "$work/ds" --quiet
   rm -rf "$work/src"
-  local common=(--batch-size 256 --threads 1 --read-unit shard)
+  local common=(--batch-size 256 --read-unit shard)
   "$stoker" bench node "$work/ds" --ranks 1 --cache "$work/cache" --epochs 1 "${common[@]}" \
     --json >"$work/fill.json"
-  local dsdir files
+  local dsdir
   dsdir=$(ls -d "$work"/cache/*/ | head -1)
+  # Cold: the page cache dropped before each side, so both read the cache
+  # folder's disk (what the issue's target is about); hot: both read the
+  # same files from the page cache. Where the page cache cannot be dropped,
+  # this says so and the cold rows read from memory too.
+  local can_drop=1
+  { sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null || can_drop=0
+  echo "page cache can be dropped: $([[ $can_drop == 1 ]] && echo yes || echo no)"
+  drop() { sync; [[ $can_drop == 1 ]] && echo 3 >/proc/sys/vm/drop_caches; return 0; }
   for round in 1 2; do
-    for n in 8 1; do
-      "$stoker" bench node "$work/ds" --ranks $n --cache "$work/cache" --epochs 2 \
-        "${common[@]}" --json >"$work/warm$n-$round.json"
-      if command -v fio >/dev/null; then
-        (cd "$dsdir" && fio --name=warm$n --filename="$(ls ./*.stks | head -400 | paste -sd:)" \
-          --rw=read --bs=1M --ioengine=psync --numjobs=$n --group_reporting --loops=2 \
-          --invalidate=0 --output-format=json 2>/dev/null | sed -n '/^{/,$p') >"$work/fio$n-$round.json"
-      else
-        # No fio here: the same reads (4 MiB reads of every cache file, n
-        # processes, each reading all files twice, as fio's numjobs do) from
-        # Python, in fio's JSON shape, labelled as such.
-        python3 - "$dsdir" $n >"$work/fio$n-$round.json" <<'PEER'
-import json, os, sys, time
-from multiprocessing import Pool
-d, n = sys.argv[1], int(sys.argv[2])
-files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".stks"))
-def job(_):
-    total = 0
-    for _ in range(2):
-        for p in files:
-            fd = os.open(p, os.O_RDONLY)
-            while True:
-                b = os.read(fd, 4 << 20)
-                if not b:
-                    break
-                total += len(b)
-            os.close(fd)
-    return total
-t = time.time()
-with Pool(n) as pool:
-    total = sum(pool.map(job, range(n)))
-print(json.dumps({"peer": "python os.read (no fio)",
-                  "jobs": [{"read": {"bw_bytes": total / (time.time() - t)}}]}))
-PEER
-      fi
+    for temp in cold hot; do
+      for n in 8 1; do
+        [[ $temp == cold ]] && drop
+        "$stoker" bench node "$work/ds" --ranks $n --cache "$work/cache" --epochs 1 \
+          "${common[@]}" --json >"$work/$temp$n-$round.json"
+        [[ $temp == cold ]] && drop
+        peer "$dsdir" "$n" >"$work/peer-$temp$n-$round.json"
+      done
     done
   done
   python3 - "$work" <<'EOF'
 import json, sys
 w = sys.argv[1]
-for r in (1, 2):
+for temp in ("cold", "hot"):
     for n in (8, 1):
-        b = json.load(open(f"{w}/warm{n}-{r}.json"))
-        f = json.load(open(f"{w}/fio{n}-{r}.json"))
-        fio = f["jobs"][0]["read"]["bw_bytes"] / 1e6
-        ep = [e["node_mb_per_s"] for e in b["epochs"]]
-        remote = [e["remote_bytes"] for e in b["epochs"]]
-        peer = f.get("peer", "fio")
-        print(f"round {r}, {n} rank(s): stoker {', '.join(f'{x:.0f}' for x in ep)} MB/s "
-              f"(remote bytes {remote}); {peer} {n} job(s) {fio:.0f} MB/s; ratio "
-              f"{', '.join(f'{x / fio:.2f}' for x in ep)}")
+        rows = []
+        for r in (1, 2):
+            b = json.load(open(f"{w}/{temp}{n}-{r}.json"))
+            f = json.load(open(f"{w}/peer-{temp}{n}-{r}.json"))
+            rows.append((b["epochs"][0]["node_mb_per_s"], b["epochs"][0]["remote_bytes"],
+                         f["jobs"][0]["read"]["bw_bytes"] / 1e6, f.get("peer", "fio")))
+        print(f"{temp}, {n} rank(s) / job(s): " + "; ".join(
+            f"stoker {s:.0f} MB/s (remote bytes {rb}), {p} {x:.0f} MB/s, ratio {s / x:.2f}"
+            for s, rb, x, p in rows))
 EOF
   if [[ -n ${OUT:-} ]]; then cp "$work"/*.json "$OUT/" 2>/dev/null || true; fi
 }
