@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <iterator>
 #include <set>
 
@@ -122,6 +123,46 @@ TEST(NodeCacheShared, PerSampleReadsGoThroughTheCache) {
   // whole shards: the two ranks together read about the dataset once.
   EXPECT_GT(total["cache1"], d.bytes / 2);
   EXPECT_LT(total["cache1"], d.bytes * 3 / 2);
+}
+
+// read_unit "auto" through the cache: per-sample reads where the cache can
+// hold the whole dataset (each rank reads its own records from the cache
+// files), whole shards through a smaller cache; every sample delivered
+// either way.
+TEST(NodeCacheShared, AutoReadsRecordsWhereTheCacheHoldsTheDataset) {
+  TempDir t;
+  Dataset d(t.path(), 48, 41, 1 << 20, 96 << 10);  // records of 96 KiB, about 10 a shard
+  ASSERT_GE(d.manifest.shards.size(), 4u);
+  uint64_t largest = 0;
+  for (const auto& s : d.manifest.shards) largest = std::max(largest, s.bytes);
+  struct Case {
+    uint64_t limit;
+    const char* unit;
+  };
+  for (const Case& c : {Case{0, "sample"}, Case{d.bytes, "sample"},
+                        Case{std::max(largest * 2, d.bytes / 2), "shard"}}) {
+    SCOPED_TRACE("cache_bytes " + std::to_string(c.limit));
+    LoaderOptions o;
+    o.batch_size = 8;
+    o.threads = 2;
+    o.cache_dir = (t.path() / ("cache" + std::to_string(c.limit))).string();
+    o.cache_bytes = c.limit;
+    auto l = Loader::Open(d.uri, o);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ((*l)->read_unit(), c.unit);
+    std::set<uint64_t> ids;
+    while (true) {
+      auto b = (*l)->Next();
+      if (!b.ok()) {
+        ASSERT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+        break;
+      }
+      for (size_t i = 0; i < b->size(); ++i) {
+        if (!b->padding()[i]) ids.insert(b->sample_ids()[i]);
+      }
+    }
+    EXPECT_EQ(ids.size(), d.manifest.sample_count);
+  }
 }
 
 // Two datasets (two jobs) in one folder under one limit, half of what both

@@ -38,12 +38,15 @@ struct Dataset {
   format::Manifest manifest;
   uint64_t bytes = 0;  // all shards
 
-  Dataset(const fs::path& where, uint32_t files, uint64_t seed, uint64_t shard_bytes = 64 << 10) {
+  // Samples of 2,000-8,000 bytes, or all of `sample_bytes` when given.
+  Dataset(const fs::path& where, uint32_t files, uint64_t seed, uint64_t shard_bytes = 64 << 10,
+          uint64_t sample_bytes = 0) {
     const fs::path src = where / "src";
     for (uint32_t i = 0; i < files; ++i) {
       char name[64];
       std::snprintf(name, sizeof name, "c%u/f%05u.bin", i % 3, i);
-      testing::WriteFile(src / name, RandomBytes(2000 + (i * 7919) % 6000, seed * 100000 + i));
+      const uint64_t n = sample_bytes ? sample_bytes : 2000 + (i * 7919) % 6000;
+      testing::WriteFile(src / name, RandomBytes(n, seed * 100000 + i));
     }
     uri = (where / "ds").string();
     PackOptions po;

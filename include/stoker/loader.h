@@ -122,8 +122,9 @@ struct LoaderOptions {
   // byte fewer, and the checksum reads cache, not memory. Not with
   // direct_io (records are not block-aligned). "auto" picks "sample" when
   // the store's reads are local (Store::local_reads: a disk file system or
-  // tmpfs) and the mean record is at least kSampleReadMinBytes, "shard"
-  // otherwise. Default: "auto".
+  // tmpfs; through the node cache, a cache that can hold the whole dataset
+  // on a local disk) and the mean record is at least kSampleReadMinBytes,
+  // "shard" otherwise. Default: "auto".
   std::string read_unit = "auto";
   // Fields to deliver, by name. Default: empty = every field.
   std::vector<std::string> fields;

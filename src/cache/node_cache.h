@@ -87,6 +87,9 @@ class NodeCacheImpl final : public NodeCache {
   std::optional<JobSlots> jobs_;  // under the folder lock
   EvictionRanking ranking_;  // under the folder lock
   uint64_t largest_shard_ = 0;
+  // The limit holds every shard of the dataset, on a local file system: per-
+  // sample reads of the cache files are cheap (capabilities()).
+  bool holds_dataset_locally_ = false;
   Planner planner_;
   std::thread prefetcher_;
   std::atomic<uint64_t> epoch_{0};

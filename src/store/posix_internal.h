@@ -25,6 +25,11 @@ namespace stoker::posix {
 // the filesystem root, so the result is always a well-formed path.
 std::string JoinPath(std::string_view root, std::string_view key);
 
+// Whether reads under `path` are served by this machine (a disk or memory
+// file system, not NFS, CephFS or FUSE). A path not created yet is judged by
+// the folder it will be created in.
+bool IsLocalFileSystem(std::string path);
+
 // Checks one read before any I/O: the key, that the range fits in off_t, and
 // for direct I/O that dst and offset are aligned to kDirectIoAlignment. The
 // length need not be aligned: an unaligned tail is read through a bounce

@@ -3,7 +3,9 @@
 // (folders made durable, whole writes, direct writes through a bounce
 // buffer).
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -298,6 +300,35 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
     if (err != 0) return ErrnoToStatus(err, "write " + path);
   }
   return buffered(body);
+}
+
+// File systems whose reads are served by this machine: disks and memory.
+// Network file systems (NFS, CephFS, anything through FUSE) are not: there a
+// small read may be a round trip.
+// A root not created yet is judged by the folder it will be created in.
+bool IsLocalFileSystem(std::string path) {
+  struct statfs fs;
+  while (true) {
+    int rc;
+    do {
+      rc = ::statfs(path.c_str(), &fs);
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0) break;
+    const size_t slash = path.find_last_of('/');
+    if (errno != ENOENT || slash == std::string::npos || path == "/") return false;
+    path = slash == 0 ? "/" : path.substr(0, slash);
+  }
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case F2FS_SUPER_MAGIC:
+    case OVERLAYFS_SUPER_MAGIC:  // containers; its layers are local
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace stoker::posix
