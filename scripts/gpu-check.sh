@@ -34,7 +34,7 @@ carry=.gpu-carry
 
 prepare() {
   set -e
-  grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >>.git/info/exclude
+  ex=$(git rev-parse --git-path info/exclude); grep -qx '/.gpu-carry/' "$ex" 2>/dev/null || echo '/.gpu-carry/' >>"$ex"
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSTOKER_WITH_CUDA=ON \
     -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_BUILD_TESTS=ON >/dev/null
   cmake --build build-gpu -j"$(nproc)" --target stoker gpu_test loader_test

@@ -44,7 +44,7 @@ fi
 if [[ ${1:-} == perf-carry ]]; then
   set -e
   pc=.gpu-carry-perf
-  grep -qx "/$pc/" .git/info/exclude || echo "/$pc/" >>.git/info/exclude
+  ex=$(git rev-parse --git-path info/exclude); grep -qx "/$pc/" "$ex" || echo "/$pc/" >>"$ex"
   rm -rf "$pc" && mkdir -p "$pc/lib"
   cp "$(readlink -f "$(command -v perf)")" "$pc/perf"
   ldd "$pc/perf" | awk '/=> \// {print $3}' |

@@ -84,9 +84,13 @@ kill $exporter 2>/dev/null
 # The metrics' overhead on the loader, on this quieter and larger machine,
 # when the Python binding is there (scripts/gpu-check.sh run builds it in
 # /tmp/stoker-py).
+# STOKER_METRICS_SAMPLES sets the epoch's length (default 40,000 samples of
+# 16 KiB: about 60 ms an epoch there, short enough for scheduling noise to
+# show; 200,000 gives 0.3 s).
 if [[ -f /tmp/stoker-py/stoker/__init__.py ]]; then
   PYTHONPATH=/tmp/stoker-py timeout 900 python3 bench/metrics_bench.py --stoker "$bin" \
-    --samples 40000 --rounds 9 --json "$work/metrics_bench.json" | tee -a "$work/summary.txt"
+    --samples "${STOKER_METRICS_SAMPLES:-40000}" --rounds 9 --json "$work/metrics_bench.json" |
+    tee -a "$work/summary.txt"
 else
   echo "metrics bench: no /tmp/stoker-py (run scripts/gpu-check.sh run first)" | tee -a "$work/summary.txt"
 fi
