@@ -6,8 +6,9 @@
 1. One dataset (raw samples, in /dev/shm so that storage is not what is
    measured), read by stoker.Loader epoch after epoch in one process,
    alternating metrics off (a plain Loader) and on (metering store, metered
-   loader, the timeline, a file published every second): medians of
-   --rounds epochs each, and their ratio (target >= 0.99).
+   loader, the timeline, a file published every second): each round opens
+   one loader per side that reads --epochs epochs, the first not timed;
+   medians of --rounds rounds each, and their ratio (target >= 0.99).
 2. --ranks processes with metrics on, each having loaded, stepped and saved
    a checkpoint (so each publishes every family), and `stoker exporter`
    serving them: the latency of --scrapes scrapes (median, max) and the
@@ -43,16 +44,25 @@ def make_dataset(root, samples, sample_bytes):
     return str(dst)
 
 
-def epoch_rate(uri, batch, threads):
-    """(samples/s of wall time, samples per CPU second of the whole process)."""
+def epoch_rate(uri, batch, threads, epochs=1):
+    """(samples/s of wall time, samples per CPU second of the whole process):
+    one loader reads `epochs` epochs; with more than one, the first is not
+    timed (opening, thread start and the first allocations are a job's
+    one-time costs) and the rest are timed together."""
     loader = stoker.Loader(uri, batch, threads=threads)
-    t, c = time.perf_counter(), time.process_time()
-    n = 0
-    for b in loader:
-        n += len(b["sample_ids"])
-        if stoker.metrics._stoker._timeline_active():
-            stoker.metrics.step()
-    dt, dc = time.perf_counter() - t, time.process_time() - c
+    n, dt, dc = 0, 0.0, 0.0
+    for e in range(epochs):
+        loader.set_epoch(e)
+        t, c = time.perf_counter(), time.process_time()
+        k = 0
+        for b in loader:
+            k += len(b["sample_ids"])
+            if stoker.metrics._stoker._timeline_active():
+                stoker.metrics.step()
+        if e > 0 or epochs == 1:
+            dt += time.perf_counter() - t
+            dc += time.process_time() - c
+            n += k
     loader.close()
     return n / dt, n / dc
 
@@ -86,6 +96,8 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=4,
+                   help="epochs per loader and round; the first is not timed")
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--scrapes", type=int, default=20)
     p.add_argument("--json", help="write the results here too")
@@ -101,7 +113,7 @@ def main():
         def metered():
             stoker.metrics.enable(dir=mdir, job="bench")
             stoker.metrics.start()
-            r = epoch_rate(uri, args.batch, args.threads)
+            r = epoch_rate(uri, args.batch, args.threads, args.epochs)
             stoker.metrics.stop()
             stoker.metrics.disable()
             return r
@@ -110,11 +122,11 @@ def main():
             # Who goes first alternates, so that a drift in the machine's load
             # favours neither.
             if i % 2 == 0:
-                off.append(epoch_rate(uri, args.batch, args.threads))
+                off.append(epoch_rate(uri, args.batch, args.threads, args.epochs))
                 on.append(metered())
             else:
                 on.append(metered())
-                off.append(epoch_rate(uri, args.batch, args.threads))
+                off.append(epoch_rate(uri, args.batch, args.threads, args.epochs))
         med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
         result = {"samples_per_s_off": [x[0] for x in off], "samples_per_s_on": [x[0] for x in on],
                   "samples_per_cpu_s_off": [x[1] for x in off],
@@ -125,7 +137,7 @@ def main():
         result["cpu_ratio_on_off"] = result["median_cpu_on"] / result["median_cpu_off"]
         print(f"loader, {args.samples} samples of {args.sample_bytes} B, batch {args.batch}: "
               f"off {result['median_off']:.0f} samples/s, on {result['median_on']:.0f} "
-              f"samples/s (medians of {args.rounds}): on/off = {result['ratio_on_off']:.3f}; "
+              f"samples/s (medians of {args.rounds} rounds of {args.epochs} epochs): on/off = {result['ratio_on_off']:.3f}; "
               f"per CPU second: off {result['median_cpu_off']:.0f}, on "
               f"{result['median_cpu_on']:.0f}: on/off = {result['cpu_ratio_on_off']:.3f}")
 
@@ -147,8 +159,19 @@ def main():
                 t = time.perf_counter()
                 text = urllib.request.urlopen(url, timeout=10).read().decode()
                 times.append((time.perf_counter() - t) * 1000)
-                series = sum(1 for x in text.splitlines() if x and not x.startswith("#"))
+                lines = [x for x in text.splitlines() if x and not x.startswith("#")]
+                series = len(lines)
+                # Series by family (histogram buckets under their family's name).
+                families = {}
+                for x in lines:
+                    name = x.split("{")[0].split(" ")[0]
+                    for suffix in ("_bucket", "_sum", "_count"):
+                        if name.endswith(suffix):
+                            name = name[: -len(suffix)]
+                            break
+                    families[name] = families.get(name, 0) + 1
             procs = [x for x in text.splitlines() if x.startswith("stoker_exporter_processes ")]
+            result["series_by_family"] = dict(sorted(families.items(), key=lambda kv: -kv[1]))
             result.update({"ranks": args.ranks, "scrape_ms_median": statistics.median(times),
                            "scrape_ms_max": max(times), "series": series,
                            "processes_line": procs[0] if procs else ""})
