@@ -1,7 +1,8 @@
 // The POSIX store's file I/O (posix_internal.h): reads of a range, for
 // PosixStore::Read and the thread engine, and the write side of a Put
 // (folders made durable, whole writes, direct writes through a bounce
-// buffer).
+// buffer), and which file systems serve reads locally (for the loader's
+// read unit, also asked by the node cache).
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
