@@ -48,9 +48,7 @@ prepare() {
   done
   # Libraries outside glibc, libstdc++ and the driver: the GPU machine's
   # image is another distribution and lacks these Debian packages.
-  ldd "$carry"/bin/* | awk '/=> \// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
-    while read -r lib; do cp -L "$lib" "$carry/lib/"; done
+  bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry"/bin/*
   ls -la "$carry"/bin "$carry"/lib
   du -sh "$carry"
 }

@@ -32,9 +32,7 @@ prepare() {
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/lib"
   strip -o "$carry/bin/stoker" build-gpu/stoker
-  ldd "$carry/bin/stoker" | awk '/=> \// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
-    while read -r lib; do cp -L "$lib" "$carry/lib/"; done
+  bash "$(dirname "$0")/copy-libs.sh" "$carry/lib" "$carry/bin/stoker"
   du -sh "$carry"
 }
 

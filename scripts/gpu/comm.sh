@@ -42,9 +42,7 @@ prepare() {
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/lib"
   strip -o "$carry/bin/stoker" build-gpu-comm/stoker
-  ldd "$carry/bin/stoker" | awk '/=> \// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
-    while read -r lib; do cp -L "$lib" "$carry/lib/"; done
+  bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry/bin/stoker"
   ls -la "$carry"/bin "$carry"/lib
 }
 

@@ -40,9 +40,7 @@ prepare() {
   strip -o "$carry/bin/stoker" build-gpu/stoker
   # Libraries outside glibc, libstdc++ and the driver: the GPU machine's
   # image is another distribution and lacks these Debian packages.
-  ldd "$carry/bin/stoker" | awk '/=> \// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
-    while read -r lib; do cp -L "$lib" "$carry/lib/"; done
+  bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry/bin/stoker"
   ls -la "$carry/bin" "$carry/lib"
 }
 

@@ -47,9 +47,7 @@ if [[ ${1:-} == perf-carry ]]; then
   ex=$(git rev-parse --git-path info/exclude); grep -qx "/$pc/" "$ex" || echo "/$pc/" >>"$ex"
   rm -rf "$pc" && mkdir -p "$pc/lib"
   cp "$(readlink -f "$(command -v perf)")" "$pc/perf"
-  ldd "$pc/perf" | awk '/=> \// {print $3}' |
-    grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux|libdl|librt|libpthread)\.so' |
-    while read -r lib; do cp -L "$lib" "$pc/lib/"; done
+  bash scripts/gpu/copy-libs.sh "$pc/lib" "$pc/perf"
   cp build-gpu/stoker "$pc/stoker"  # unstripped: perf names its functions
   du -sh "$pc"
   exit 0
