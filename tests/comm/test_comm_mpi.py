@@ -305,14 +305,11 @@ def test_tune_writes_the_setting_it_measured_best(tmp_path):
     assert "unset NCCL_ALGO" in out.read_text()
 
 
-def busbw_median(env, runs=3):
-    values = []
-    for _ in range(runs):
-        p, _ = mpirun(4, ["bench", "comm", "--ops", "allreduce", "--min", "1M", "--max", "1M",
-                          "--iters", "10", "--json"], env=env)
-        assert p.returncode == 0, p.stderr
-        values.append(json.loads(p.stdout)["results"][0]["busbw_gbps"])
-    return statistics.median(values), values
+def busbw(env):
+    p, _ = mpirun(4, ["bench", "comm", "--ops", "allreduce", "--min", "1M", "--max", "1M",
+                      "--iters", "10", "--json"], env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["results"][0]["busbw_gbps"]
 
 
 def test_tune_mpi_file_is_not_slower_than_the_default(tmp_path):
@@ -330,10 +327,18 @@ def test_tune_mpi_file_is_not_slower_than_the_default(tmp_path):
                           "OMPI_MCA_coll_tuned_allreduce_algorithm": algo}
     else:
         assert "nothing beats the default" in p.stdout and chosen == {}
-    tuned, tuned_runs = busbw_median(clean_env(**chosen))
-    default, default_runs = busbw_median(clean_env())
-    # "Not slower" within this shared 2-core machine's noise (runs spread by
-    # tens of percent while other jobs compile).
+    # The two settings alternate (which goes first alternates too), so that
+    # a change of load on this shared 2-core machine falls on both alike: 4
+    # oversubscribed ranks swing tenfold while another job computes. ctest
+    # runs this test alone (comm_mpi_tune, RUN_SERIAL) for the same reason.
+    tuned_runs, default_runs = [], []
+    for i in range(5):
+        pair = [(tuned_runs, clean_env(**chosen)), (default_runs, clean_env())]
+        for runs, env in (pair if i % 2 == 0 else pair[::-1]):
+            runs.append(busbw(env))
+    tuned, default = statistics.median(tuned_runs), statistics.median(default_runs)
+    # "Not slower" within the machine's noise (idle, runs of one setting
+    # spread by tens of percent).
     assert tuned >= 0.6 * default, (tuned_runs, default_runs)
 
 
