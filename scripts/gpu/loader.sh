@@ -16,7 +16,8 @@
 #        epoch), and decode at --threads 16 with --prefetch 4 and 32 (the
 #        cores, not the prefetch depth, should set the speed)
 #     4. stoker bench gpu-loader on raw 128 KiB samples hot in the page
-#        cache, default options (target: >= 40 GB/s into HBM)
+#        cache, default options (target: >= 40 GB/s into HBM), then half
+#        and three quarters of the cores, and 1.5x with --prefetch 16
 #     5. (membw) scripts/gpu/membw.py: host memory copies with and without
 #        an H2D copy running beside them (does the DMA take the workers'
 #        memory bandwidth?)
@@ -30,7 +31,9 @@
 #
 # Environment: STOKER_SCALING_ARGS (extra bench/scaling.py flags, e.g.
 # "--images 2000 --repeats 2 --modes raw,decode"), STOKER_LOADER_STEPS
-# (default "scaling,bench,gpu"), STOKER_GPU_DATA_GIB (default 4).
+# (default "scaling,bench,gpu"), STOKER_GPU_DATA_GIB (default 4),
+# STOKER_GPU_LOADER_FLAGS (step 4's runs, ';'-separated flag sets; an empty
+# set is the defaults).
 #
 # With the device tool: run(command="bash scripts/gpu/loader.sh run",
 # carry=[".gpu-carry"]).
@@ -126,7 +129,12 @@ PY
     "$bin/stoker" pack --quiet "$src" "$ds" && rm -rf "$src"
   fi
   find "$ds" -type f -exec cat {} + >/dev/null  # hot
-  for flags in "" "--threads $(($(nproc) * 3 / 2)) --prefetch 16"; do
+  # Fewer workers than cores too: 16 copying threads leave the DMA 38.9 of
+  # its 54.6 GB/s on the H200 VM, 8 leave it 51.2 (docs/benchmarks.md, "Into
+  # HBM"), so the best worker count into HBM may be below the core count.
+  n=$(nproc)
+  IFS=';' read -r -a sweep <<<"${STOKER_GPU_LOADER_FLAGS:-;--threads $((n / 2));--threads $((n * 3 / 4));--threads $((n * 3 / 2)) --prefetch 16}"
+  for flags in "${sweep[@]}"; do
     echo "-- flags: ${flags:-(defaults)}"
     # shellcheck disable=SC2086
     "$bin/stoker" bench gpu-loader "$ds" --epochs 2 --repeats 3 $flags 2>&1 |
