@@ -18,6 +18,10 @@
 #     4. stoker bench gpu-loader on raw 128 KiB samples hot in the page
 #        cache, default options (target: >= 40 GB/s into HBM), then half
 #        and three quarters of the cores, and 1.5x with --prefetch 16
+#     4b. (dma) bench/pagecache_dma.cc on the files of step 4's data set:
+#        the DMA reading records straight from the registered page cache
+#        against the loader's path (pread into pinned, checksum, one copy a
+#        batch), and what registering costs; nproc and nproc/2 threads
 #     5. (membw) scripts/gpu/membw.py: host memory copies with and without
 #        an H2D copy running beside them (does the DMA take the workers'
 #        memory bandwidth?)
@@ -31,7 +35,7 @@
 #
 # Environment: STOKER_SCALING_ARGS (extra bench/scaling.py flags, e.g.
 # "--images 2000 --repeats 2 --modes raw,decode"), STOKER_LOADER_STEPS
-# (default "scaling,bench,gpu"), STOKER_GPU_DATA_GIB (default 4),
+# (default "scaling,bench,gpu,dma"), STOKER_GPU_DATA_GIB (default 4),
 # STOKER_GPU_LOADER_FLAGS (step 4's runs, ';'-separated flag sets; an empty
 # set is the defaults).
 #
@@ -61,7 +65,7 @@ out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=$PWD/$carry/bin
-steps=${STOKER_LOADER_STEPS:-scaling,bench,gpu}
+steps=${STOKER_LOADER_STEPS:-scaling,bench,gpu,dma}
 want() { [[ ",$steps," == *",$1,"* ]]; }
 step() { echo; echo "==== $* ===="; }
 fail=0
@@ -145,6 +149,20 @@ fi
 if want membw; then
   step "host memory copies beside an H2D copy (scripts/gpu/membw.py)"
   python3 scripts/gpu/membw.py --json "$out/membw.json" 2>&1 | tee "$out/membw.txt"
+fi
+
+if want dma; then
+  ds=/tmp/stoker-gpu-data-${STOKER_GPU_DATA_GIB:-4}/ds
+  if [[ -f $ds/manifest.stoker && -x $bin/pagecache_dma_probe ]]; then
+    for t in "$(nproc)" "$(($(nproc) / 2))"; do
+      step "DMA from the registered page cache against the loader's copy path, $t threads"
+      "$bin/pagecache_dma_probe" "$ds" --threads "$t" 2>&1 | tee -a "$out/dma.txt"
+      ((PIPESTATUS[0] == 0)) || fail=1
+    done
+  else
+    echo "dma: needs the gpu step's data set and $bin/pagecache_dma_probe (scripts/gpu-check.sh prepare)"
+    fail=1
+  fi
 fi
 
 if want reads; then
