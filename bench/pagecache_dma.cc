@@ -218,6 +218,45 @@ double Pass(const Options& o, const std::vector<File>& files, const std::vector<
   return secs;
 }
 
+enum class Way { kReadOnly, kWritable };
+
+const char* WayName(Way way) { return way == Way::kReadOnly ? "read-only" : "writable shared"; }
+
+// Maps `f` and registers the mapping with CUDA; f.map is set on success.
+cudaError_t Register(File& f, Way way, bool populate) {
+  int fd = f.fd;
+  if (way == Way::kWritable) {
+    fd = open(f.path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      std::perror(f.path.c_str());
+      return cudaErrorInvalidValue;
+    }
+  }
+  const int prot = way == Way::kReadOnly ? PROT_READ : PROT_READ | PROT_WRITE;
+  void* m = mmap(nullptr, f.size, prot, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+  if (fd != f.fd) close(fd);
+  if (m == MAP_FAILED) {
+    std::perror(f.path.c_str());
+    return cudaErrorInvalidValue;
+  }
+  const cudaError_t e = cudaHostRegister(
+      m, f.size, way == Way::kReadOnly ? cudaHostRegisterReadOnly : cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    munmap(m, f.size);
+    return e;
+  }
+  f.map = static_cast<const std::byte*>(m);
+  return cudaSuccess;
+}
+
+void Unregister(File& f) {
+  if (!f.map) return;
+  void* m = const_cast<std::byte*>(f.map);
+  (void)cudaHostUnregister(m);
+  munmap(m, f.size);
+  f.map = nullptr;
+}
+
 // After a pass: each ring slot's device batch holds the records of the last
 // batch that used it, byte for byte (read back and compared with the files).
 bool CheckLastBatches(const Options& o, const std::vector<File>& files,
@@ -328,56 +367,55 @@ int main(int argc, char** argv) {
   const bool want_registered = o.modes.find("registered") != std::string::npos;
   bool registered_ok = false;
   if (want_registered) {
-    // Register + unregister one file at a time: the per-shard cost.
-    double per_file = 0;
-    const size_t sample = std::min<size_t>(files.size(), 64);
-    for (size_t i = 0; i < sample; ++i) {
-      File& f = files[i];
-      void* m = mmap(nullptr, f.size, PROT_READ, MAP_SHARED, f.fd, 0);
-      if (m == MAP_FAILED) {
-        std::perror("mmap");
-        return 1;
+    int ro_supported = 0;
+    (void)cudaDeviceGetAttribute(&ro_supported, cudaDevAttrHostRegisterReadOnlySupported, 0);
+    std::printf("cudaDevAttrHostRegisterReadOnlySupported: %d\n", ro_supported);
+    // The ways to register a file's pages, tried in order: read-only (the
+    // flag, where the device supports it), then a writable shared mapping
+    // (the driver pins for writing; kernels from 6.5 refuse that for most
+    // file systems' page cache, not for tmpfs).
+    for (Way way : {Way::kReadOnly, Way::kWritable}) {
+      if (way == Way::kReadOnly && !ro_supported) continue;
+      // Register + unregister one file at a time: the per-shard cost.
+      double per_file = 0;
+      const size_t sample = std::min<size_t>(files.size(), 64);
+      cudaError_t e = cudaSuccess;
+      for (size_t i = 0; i < sample && e == cudaSuccess; ++i) {
+        const auto t0 = Clock::now();
+        e = Register(files[i], way, false);
+        if (e == cudaSuccess) Unregister(files[i]);
+        per_file += Seconds(Clock::now() - t0);
       }
-      const auto t0 = Clock::now();
-      cudaError_t e = cudaHostRegister(m, f.size, cudaHostRegisterReadOnly);
-      if (e == cudaSuccess) e = cudaHostUnregister(m);
-      per_file += Seconds(Clock::now() - t0);
-      munmap(m, f.size);
       if (e != cudaSuccess) {
-        std::printf("registered: cudaHostRegister(ReadOnly) of a file mapping failed: %s\n",
-                    cudaGetErrorString(e));
+        std::printf("registering %s mappings failed: %s\n", WayName(way), cudaGetErrorString(e));
         (void)cudaGetLastError();
-        per_file = -1;
-        break;
+        continue;
       }
-    }
-    if (per_file >= 0) {
-      std::printf("register + unregister one file: %.1f us per MiB (%zu files)\n",
-                  1e6 * per_file / double(sample) / (double(files[0].size) / (1 << 20)), sample);
+      std::printf(
+          "%s mappings: map + register + unregister one file: %.1f us per MiB (%zu files)\n",
+          WayName(way), 1e6 * per_file / double(sample) / (double(files[0].size) / (1 << 20)),
+          sample);
       const auto t0 = Clock::now();
       uint64_t mapped = 0;
-      registered_ok = true;
       for (File& f : files) {
-        void* m = mmap(nullptr, f.size, PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd, 0);
-        if (m == MAP_FAILED) {
-          std::perror("mmap");
-          return 1;
-        }
-        cudaError_t e = cudaHostRegister(m, f.size, cudaHostRegisterReadOnly);
+        e = Register(f, way, true);
         if (e != cudaSuccess) {
-          std::printf("registered: cudaHostRegister of %s failed after %.2f GiB: %s\n",
-                      f.path.c_str(), double(mapped) / (1 << 30), cudaGetErrorString(e));
-          registered_ok = false;
+          std::printf("registering %s failed after %.2f GiB: %s\n", f.path.c_str(),
+                      double(mapped) / (1 << 30), cudaGetErrorString(e));
+          (void)cudaGetLastError();
           break;
         }
-        f.map = static_cast<const std::byte*>(m);
         mapped += f.size;
       }
-      if (registered_ok) {
-        const double s = Seconds(Clock::now() - t0);
-        std::printf("map + register every file once: %.2f s, %.2f GB/s\n", s,
-                    double(mapped) / s / 1e9);
+      if (e != cudaSuccess) {
+        for (File& f : files) Unregister(f);
+        continue;
       }
+      const double secs = Seconds(Clock::now() - t0);
+      std::printf("map + register every file once: %.2f s, %.2f GB/s\n", secs,
+                  double(mapped) / secs / 1e9);
+      registered_ok = true;
+      break;
     }
   }
   for (const char* mode : {"copy", "registered"}) {
@@ -395,10 +433,7 @@ int main(int argc, char** argv) {
     std::printf(")\n");
   }
   for (File& f : files) {
-    if (f.map) {
-      (void)cudaHostUnregister(const_cast<std::byte*>(f.map));
-      munmap(const_cast<std::byte*>(f.map), f.size);
-    }
+    Unregister(f);
     close(f.fd);
   }
   for (int i = 0; i < kRing; ++i) {

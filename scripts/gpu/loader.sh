@@ -154,11 +154,20 @@ fi
 if want dma; then
   ds=/tmp/stoker-gpu-data-${STOKER_GPU_DATA_GIB:-4}/ds
   if [[ -f $ds/manifest.stoker && -x $bin/pagecache_dma_probe ]]; then
+    echo "kernel $(uname -r)" | tee -a "$out/dma.txt"
     for t in "$(nproc)" "$(($(nproc) / 2))"; do
       step "DMA from the registered page cache against the loader's copy path, $t threads"
       "$bin/pagecache_dma_probe" "$ds" --threads "$t" 2>&1 | tee -a "$out/dma.txt"
       ((PIPESTATUS[0] == 0)) || fail=1
     done
+    # The same files on tmpfs, whose pages the kernel lets a driver pin for
+    # writing where a disk file system's page cache may be refused.
+    shm=/dev/shm/stoker-dma
+    rm -rf "$shm" && mkdir -p "$shm" && cp -r "$ds"/. "$shm"/
+    step "the same from tmpfs (/dev/shm), $(nproc) threads"
+    "$bin/pagecache_dma_probe" "$shm" --threads "$(nproc)" 2>&1 | tee -a "$out/dma.txt"
+    ((PIPESTATUS[0] == 0)) || fail=1
+    rm -rf "$shm"
   else
     echo "dma: needs the gpu step's data set and $bin/pagecache_dma_probe (scripts/gpu-check.sh prepare)"
     fail=1
