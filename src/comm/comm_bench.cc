@@ -102,6 +102,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr const char* kBeatPrefix = "stoker-comm-";  // heartbeat files in /dev/shm
+
 // Exits the process when nothing has progressed for the timeout (comm.h):
 // a rank blocked in a collective whose peer died cannot be woken otherwise.
 //
@@ -138,6 +140,7 @@ class Watchdog final {
   void Tick() { ticks_.fetch_add(1, std::memory_order_relaxed); }
   // Starts heartbeats under `prefix` (the same on every rank of the job).
   void Heartbeats(const std::string& prefix, int size) {
+    RemoveStale(std::filesystem::path(prefix).parent_path());
     std::lock_guard lock(mu_);
     beat_dir_ = prefix;
     size_ = size;
@@ -146,6 +149,24 @@ class Watchdog final {
 
  private:
   std::string BeatFile(int rank) const { return beat_dir_ + "-" + std::to_string(rank); }
+
+  // Heartbeat files that ended jobs left behind (a rank killed, or ended by
+  // its launcher, removes nothing). A live rank rewrites its file every
+  // 200 ms, even while it hangs, so one untouched for 10 minutes belongs to
+  // no running rank. Another user's files are not ours to remove (the sticky
+  // /dev/shm refuses; ignored).
+  static void RemoveStale(const std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
+    constexpr auto kStale = std::chrono::minutes(10);
+    const auto now = fs::file_time_type::clock::now();
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename().string().rfind(kBeatPrefix, 0) != 0) continue;
+      std::error_code e;
+      const auto when = fs::last_write_time(it->path(), e);
+      if (!e && now - when > kStale) fs::remove(it->path(), e);
+    }
+  }
 
   void Beat() {
     if (beat_dir_.empty()) return;
@@ -427,7 +448,7 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
     std::string token = std::to_string(std::random_device{}()) + std::to_string(getpid());
     STOKER_ASSIGN_OR_RETURN(auto tokens, boot->AllGather(rank == 0 ? token : ""));
     if (std::filesystem::is_directory("/dev/shm")) {
-      dog.Heartbeats("/dev/shm/stoker-comm-" + tokens[0], n);
+      dog.Heartbeats(std::string("/dev/shm/") + kBeatPrefix + tokens[0], n);
     }
   }
   STOKER_RETURN_IF_ERROR(CheckArguments(*boot, o.arguments.empty() ? Summary(o) : o.arguments));
