@@ -87,13 +87,15 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Records a batch holds: whole chunks, so that no chunk straddles two.
+size_t RecordsPerBatch(const Options& o) { return o.batch / o.record / kChunk * kChunk; }
+
 // One pass over `records` into device batches; returns seconds.
 // registered=false: the copy path; true: DMA from the mappings.
 double Pass(const Options& o, const std::vector<File>& files, const std::vector<Record>& records,
             bool registered, std::vector<std::byte*>& pinned, std::vector<std::byte*>& device,
             std::atomic<uint64_t>* sink) {
-  const size_t per_batch = o.batch / o.record / kChunk * kChunk;  // chunks never straddle
-  const size_t batches = (records.size() + per_batch - 1) / per_batch;
+  const size_t per_batch = RecordsPerBatch(o);
   const size_t chunks_per_batch = (per_batch + kChunk - 1) / kChunk;
   const size_t chunks = (records.size() + kChunk - 1) / kChunk;
   // A batch slot of the ring may be reused once the batch kRing before it has
@@ -214,7 +216,6 @@ double Pass(const Options& o, const std::vector<File>& files, const std::vector<
   const double secs = Seconds(Clock::now() - start);
   CHECK_CUDA(cudaStreamDestroy(batch_stream));
   for (cudaEvent_t e : free_events) CHECK_CUDA(cudaEventDestroy(e));
-  (void)batches;
   return secs;
 }
 
@@ -261,7 +262,7 @@ void Unregister(File& f) {
 // batch that used it, byte for byte (read back and compared with the files).
 bool CheckLastBatches(const Options& o, const std::vector<File>& files,
                       const std::vector<Record>& records, const std::vector<std::byte*>& device) {
-  const size_t per_batch = o.batch / o.record / kChunk * kChunk;
+  const size_t per_batch = RecordsPerBatch(o);
   const size_t batches = (records.size() + per_batch - 1) / per_batch;
   std::vector<std::byte> got(o.batch), want(o.record);
   for (size_t b = batches > kRing ? batches - kRing : 0; b < batches; ++b) {
