@@ -88,6 +88,9 @@ if [[ ! -f $py/stoker/built ]]; then
 fi
 
 data=/tmp/stoker-scaling
+# Step 4's raw 128 KiB data set, which the dma, reads and profile steps reuse.
+gib=${STOKER_GPU_DATA_GIB:-4}
+big=/tmp/stoker-gpu-data-$gib
 if want scaling; then
   step "bench/scaling.py"
   # shellcheck disable=SC2086
@@ -110,10 +113,9 @@ fi
 
 if want gpu; then
   step "stoker bench gpu-loader: raw 128 KiB hot, default options"
-  gib=${STOKER_GPU_DATA_GIB:-4}
-  ds=/tmp/stoker-gpu-data-$gib/ds
+  ds=$big/ds
   if [[ ! -f $ds/manifest.stoker ]]; then
-    src=/tmp/stoker-gpu-data-$gib/src
+    src=$big/src
     python3 - "$src" "$gib" <<'PY'
 import os, sys
 from concurrent.futures import ThreadPoolExecutor
@@ -152,7 +154,7 @@ if want membw; then
 fi
 
 if want dma; then
-  ds=/tmp/stoker-gpu-data-${STOKER_GPU_DATA_GIB:-4}/ds
+  ds=$big/ds
   if [[ -f $ds/manifest.stoker && -x $bin/pagecache_dma_probe ]]; then
     echo "kernel $(uname -r)" | tee -a "$out/dma.txt"
     for t in "$(nproc)" "$(($(nproc) / 2))"; do
@@ -175,8 +177,7 @@ if want dma; then
 fi
 
 if want reads; then
-  gib=${STOKER_GPU_DATA_GIB:-4}
-  ds=/tmp/stoker-gpu-data-$gib/ds
+  ds=$big/ds
   if [[ -f $ds/manifest.stoker ]]; then
     step "reads in flight: raw 128 KiB, host delivery"
     for r in 0 8 16 32 64 0; do
@@ -197,7 +198,7 @@ if want profile; then
       case $what in
         jpg) ds=$data/jpg-ds flags=(--decode --epochs 3 --batch-size 64) ;;
         raw) ds=$data/raw-ds flags=(--epochs 3 --batch-size 64) ;;
-        raw128) ds=/tmp/stoker-gpu-data-${STOKER_GPU_DATA_GIB:-4}/ds flags=(--epochs 2) ;;
+        raw128) ds=$big/ds flags=(--epochs 2) ;;
       esac
       [[ -f $ds/manifest.stoker ]] || continue
       step "CPU profile: bench loader $what, --threads $(nproc)"

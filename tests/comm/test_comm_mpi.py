@@ -187,25 +187,21 @@ def test_hung_rank_times_out_instead_of_hanging(allreduce):
 
 def test_heartbeat_files_are_removed_and_dead_jobs_ones_swept():
     # A dead job's file (untouched for an hour) goes; a live one's (just
-    # written) stays; a clean run leaves none of its own.
+    # written) stays; a clean run leaves none of its own. (The fixture above
+    # removes both test files afterwards.)
     stale, fresh = "/dev/shm/stoker-comm-teststale-0", "/dev/shm/stoker-comm-testfresh-0"
     for path in (stale, fresh):
         with open(path, "w") as f:
             f.write("3\n")
     old = time.time() - 3600
     os.utime(stale, (old, old))
-    try:
-        before = beat_files()
-        p, _ = mpirun(2, SMALL)
-        assert p.returncode == 0, p.stderr
-        after = beat_files()
-        assert stale not in after
-        assert fresh in after
-        assert after <= before, after - before
-    finally:
-        for path in (stale, fresh):
-            if os.path.exists(path):
-                os.remove(path)
+    before = beat_files()
+    p, _ = mpirun(2, SMALL)
+    assert p.returncode == 0, p.stderr
+    after = beat_files()
+    assert stale not in after
+    assert fresh in after
+    assert after <= before, after - before
 
 
 def test_nccl_missing_is_unsupported_on_every_rank():
