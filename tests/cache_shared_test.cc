@@ -79,8 +79,13 @@ TEST(NodeCacheShared, ReaderReadsRangesOfTheCacheFile) {
 
 // Two ranks of one node with per-sample reads: each sample once per epoch,
 // the dataset fetched once in epoch 1 and not at all in epoch 2, and the
-// records read in ranges from the cache files (not a whole shard per rank).
-TEST(NodeCacheShared, PerSampleReadsGoThroughTheCache) {
+// records read in ranges from the cache files (not a whole shard per rank);
+// the same with the cache files mapped (read_unit "map"), whose loads count
+// as cache bytes too.
+class NodeCacheSharedUnits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NodeCacheSharedUnits, PerSampleReadsGoThroughTheCache) {
+  const std::string unit = GetParam();
   TempDir t;
   Dataset d(t.path(), 400, 32);
   const std::string dir = (t.path() / "cache").string();
@@ -90,11 +95,11 @@ TEST(NodeCacheShared, PerSampleReadsGoThroughTheCache) {
     o.threads = 1;
     o.rank = uint32_t(rank);
     o.world_size = 2;
-    o.read_unit = "sample";
+    o.read_unit = unit;
     o.cache_dir = dir;
     auto l = Loader::Open(d.uri, o);
     if (!l.ok()) return "ERR " + l.status().ToString();
-    if ((*l)->read_unit() != "sample") return "ERR read unit " + std::string((*l)->read_unit());
+    if ((*l)->read_unit() != unit) return "ERR read unit " + std::string((*l)->read_unit());
     std::string out;
     LoaderStats before;
     for (uint64_t e = 0; e < 2; ++e) {
@@ -124,6 +129,9 @@ TEST(NodeCacheShared, PerSampleReadsGoThroughTheCache) {
   EXPECT_GT(total["cache1"], d.bytes / 2);
   EXPECT_LT(total["cache1"], d.bytes * 3 / 2);
 }
+
+INSTANTIATE_TEST_SUITE_P(Units, NodeCacheSharedUnits, ::testing::Values("sample", "map"),
+                         [](const auto& info) { return info.param; });
 
 // read_unit "auto" through the cache: per-sample reads where the cache can
 // hold the whole dataset (each rank reads its own records from the cache

@@ -401,11 +401,13 @@ TEST(LoaderTest, BadOptions) {
   expect_invalid(o, "not a bytes field");
   o = Opts(4);
   o.read_unit = "record";
-  expect_invalid(o, "read_unit must be auto, shard or sample, not 'record'");
-  o = Opts(4);
-  o.read_unit = "sample";
-  o.direct_io = true;
-  expect_invalid(o, "read_unit sample cannot be used with direct_io");
+  expect_invalid(o, "read_unit must be auto, shard, sample or map, not 'record'");
+  for (const char* unit : {"sample", "map"}) {
+    o = Opts(4);
+    o.read_unit = unit;
+    o.direct_io = true;
+    expect_invalid(o, "read_unit " + std::string(unit) + " cannot be used with direct_io");
+  }
 }
 
 TEST(LoaderTest, NoDatasetIsNotFound) {
@@ -518,27 +520,31 @@ Status FirstError(Loader& l, uint64_t bad_sample = UINT64_MAX) {
   }
 }
 
+// Per-sample reads through each POSIX engine ("io_uring", "threads": the
+// engine reads the manifest; records are preads), and mapped reads ("map").
 class LoaderReadUnits : public ::testing::TestWithParam<std::string> {
  protected:
+  std::string Engine() const { return GetParam() == "map" ? "auto" : GetParam(); }
+  std::string Unit() const { return GetParam() == "map" ? "map" : "sample"; }
   LoaderOptions Sample(uint32_t batch) const {
-    LoaderOptions o = Opts(batch, GetParam());
-    o.read_unit = "sample";
+    LoaderOptions o = Opts(batch, Engine());
+    o.read_unit = Unit();
     return o;
   }
 };
 
 TEST_P(LoaderReadUnits, SampleReadsDeliverExactlyWhatShardReadsDeliver) {
-  Fixture f(300, 5, 1, 20000, 64 << 10, GetParam());
+  Fixture f(300, 5, 1, 20000, 64 << 10, Engine());
   for (const std::vector<std::string>& fields :
        {std::vector<std::string>{}, {"label"}, {"image"}, {"label", "image", "label"}}) {
     SCOPED_TRACE(fields.size());
-    LoaderOptions sample = Sample(16), shard = Opts(16, GetParam());
+    LoaderOptions sample = Sample(16), shard = Opts(16, Engine());
     sample.fields = shard.fields = fields;
     shard.read_unit = "shard";
     auto a = Loader::Open(f.uri, sample);
     auto b = Loader::Open(f.uri, shard);
     ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
-    EXPECT_EQ((*a)->read_unit(), "sample");
+    EXPECT_EQ((*a)->read_unit(), Unit());
     EXPECT_EQ((*b)->read_unit(), "shard");
     const auto got = EpochBuffers(**a);
     ASSERT_EQ(got.size(), (300u + 15) / 16);
@@ -558,7 +564,7 @@ TEST_P(LoaderReadUnits, SampleReadsDeliverExactlyWhatShardReadsDeliver) {
 }
 
 TEST_P(LoaderReadUnits, CorruptRecordIsNamedNotDelivered) {
-  Fixture f(60, 2, 500, 800, 16 << 10, GetParam());
+  Fixture f(60, 2, 500, 800, 16 << 10, Engine());
   const auto& shard = f.manifest.shards[1];
   const fs::path path = fs::path(f.uri) / shard.key;
   FlipByte(path, format::kShardHeaderBytes + 10, std::byte{0x40});  // inside the first record
@@ -576,7 +582,7 @@ TEST_P(LoaderReadUnits, CorruptRecordIsNamedNotDelivered) {
 }
 
 TEST_P(LoaderReadUnits, CorruptIndexOrHeaderIsNamed) {
-  Fixture f(60, 2, 500, 800, 16 << 10, GetParam());
+  Fixture f(60, 2, 500, 800, 16 << 10, Engine());
   for (const bool header : {true, false}) {
     const auto& shard = f.manifest.shards[header ? 0 : 2];
     const fs::path path = fs::path(f.uri) / shard.key;
@@ -597,7 +603,7 @@ TEST_P(LoaderReadUnits, CorruptIndexOrHeaderIsNamed) {
 }
 
 TEST_P(LoaderReadUnits, MissingOrTruncatedShardIsNamed) {
-  Fixture f(60, 2, 500, 800, 16 << 10, GetParam());
+  Fixture f(60, 2, 500, 800, 16 << 10, Engine());
   fs::remove(fs::path(f.uri) / f.manifest.shards[2].key);
   auto l = Loader::Open(f.uri, Sample(4));
   ASSERT_TRUE(l.ok());
@@ -605,7 +611,7 @@ TEST_P(LoaderReadUnits, MissingOrTruncatedShardIsNamed) {
   EXPECT_EQ(err.code(), Code::kNotFound) << err.ToString();
   EXPECT_NE(err.message().find(f.manifest.shards[2].key), std::string::npos) << err.ToString();
 
-  Fixture g(60, 2, 500, 800, 16 << 10, GetParam());
+  Fixture g(60, 2, 500, 800, 16 << 10, Engine());
   const fs::path path = fs::path(g.uri) / g.manifest.shards[0].key;
   fs::resize_file(path, 4096);
   l = Loader::Open(g.uri, Sample(4));
@@ -620,7 +626,7 @@ TEST_P(LoaderReadUnits, ShardTruncatedWhileTheEpochRunsIsNamed) {
   // Cut after Open: whether the reader still has the index to read or the
   // workers the records, the error says "truncated" and names the shard;
   // no batch with bytes past the cut is delivered.
-  Fixture f(80, 2, 3000, 4000, 64 << 10, GetParam());
+  Fixture f(80, 2, 3000, 4000, 64 << 10, Engine());
   const auto& last = f.manifest.shards.back();
   auto l = Loader::Open(f.uri, Sample(4));
   ASSERT_TRUE(l.ok());
@@ -653,6 +659,7 @@ class BlockingReads final : public StoreWrapper {
       store->cv_.wait(lock, [&] { return store->released_; });
       return inner->ReadV(o, d);
     }
+    Result<std::span<const std::byte>> Map() override { return inner->Map(); }
     std::unique_ptr<ObjectReader> inner;
     BlockingReads* store;
   };
@@ -662,7 +669,7 @@ class BlockingReads final : public StoreWrapper {
 };
 
 TEST_P(LoaderReadUnits, BlockedRecordReadIsTimedOutNotAHang) {
-  Fixture f(40, 2, 500, 800, 16 << 10, GetParam());
+  Fixture f(40, 2, 500, 800, 16 << 10, Engine());
   auto store = std::make_shared<BlockingReads>(*OpenStore(f.uri, Sample(4).store));
   LoaderOptions o = Sample(4);
   o.read_timeout = std::chrono::milliseconds(300);
@@ -685,8 +692,130 @@ TEST_P(LoaderReadUnits, BlockedRecordReadIsTimedOutNotAHang) {
   EXPECT_EQ(ReadEpochChecked(**l, f).size(), 40u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Posix, LoaderReadUnits, ::testing::Values("io_uring", "threads"),
+INSTANTIATE_TEST_SUITE_P(Posix, LoaderReadUnits, ::testing::Values("io_uring", "threads", "map"),
                          [](const auto& info) { return info.param; });
+
+// ---- mapped reads (read_unit "map") ----
+
+// A store whose reader of one shard cuts that shard's file right after it
+// is mapped: the file shrinks under the loader's mapping (rewritten in place
+// by someone else), so loads past its new end raise SIGBUS.
+class CutAfterMapping final : public StoreWrapper {
+ public:
+  CutAfterMapping(std::shared_ptr<Store> s, std::string key, fs::path path, uint64_t keep)
+      : StoreWrapper(std::move(s)), key_(std::move(key)), path_(std::move(path)), keep_(keep) {}
+  Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override {
+    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> r, target()->OpenReader(key));
+    if (key != key_) return r;
+    return std::unique_ptr<ObjectReader>(std::make_unique<Reader>(std::move(r), this));
+  }
+
+ private:
+  struct Reader final : ObjectReader {
+    Reader(std::unique_ptr<ObjectReader> r, CutAfterMapping* s) : inner(std::move(r)), store(s) {}
+    Result<size_t> ReadV(uint64_t o, std::span<const std::span<std::byte>> d) override {
+      return inner->ReadV(o, d);
+    }
+    Result<std::span<const std::byte>> Map() override {
+      auto m = inner->Map();
+      if (m.ok()) fs::resize_file(store->path_, store->keep_);
+      return m;
+    }
+    std::unique_ptr<ObjectReader> inner;
+    CutAfterMapping* store;
+  };
+  const std::string key_;
+  const fs::path path_;
+  const uint64_t keep_;
+};
+
+TEST(LoaderMappedReads, ShardCutUnderTheMappingIsNamedNotACrash) {
+  Fixture f(80, 2, 3000, 4000, 64 << 10);
+  const auto& victim = f.manifest.shards[1];
+  auto store = std::make_shared<CutAfterMapping>(*OpenStore(f.uri), victim.key,
+                                                 fs::path(f.uri) / victim.key, 8192);
+  LoaderOptions o = Opts(4);
+  o.read_unit = "map";
+  auto l = Loader::Open(store, o);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const Status err = FirstError(**l);
+  EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
+  EXPECT_NE(err.message().find("truncated behind the loader"), std::string::npos) << err.ToString();
+  EXPECT_NE(err.message().find(f.uri + "/" + victim.key + ": sample "), std::string::npos)
+      << err.ToString();
+  EXPECT_NE(err.message().find("the file's 8192 bytes now"), std::string::npos) << err.ToString();
+  // The process goes on, and so does the loader: the next epoch names the
+  // shard as truncated before mapping it.
+  ASSERT_TRUE((*l)->StartEpoch(1).ok());
+  const Status again = FirstError(**l);
+  EXPECT_EQ(again.code(), Code::kCorruption) << again.ToString();
+  EXPECT_NE(again.message().find(victim.key + ": truncated"), std::string::npos)
+      << again.ToString();
+}
+
+// Mapped reads from a store that cannot map: refused at Open, saying what
+// can; the memory store's objects can be mapped (its bytes).
+class CannotMap final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  StoreCapabilities capabilities() const override {
+    StoreCapabilities c = StoreWrapper::capabilities();
+    c.mapped_reads = false;
+    return c;
+  }
+};
+
+TEST(LoaderMappedReads, StoreThatCannotMapIsRefusedAtOpenMemoryStoreMaps) {
+  Fixture f(50, 2, 10, 2000, 16 << 10);
+  LoaderOptions o = Opts(6);
+  o.read_unit = "map";
+  auto refused = Loader::Open(std::make_shared<CannotMap>(*OpenStore(f.uri)), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(f.uri + " cannot be mapped"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("use read_unit sample or shard"), std::string::npos);
+  auto mem = NewMemoryStore();
+  auto posix = OpenStore(f.uri);
+  auto listed = (*posix)->List("");
+  ASSERT_TRUE(listed.ok());
+  for (const auto& obj : *listed) ASSERT_TRUE(mem->Put(obj.key, *(*posix)->ReadAll(obj.key)).ok());
+  auto l = Loader::Open(mem, o);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ((*l)->read_unit(), "map");
+  EXPECT_EQ(ReadEpochChecked(**l, f).size(), 50u);
+}
+
+// Records longer than the chunk mapped reads check and copy at a time
+// (256 KiB), with several fields and one delivered twice: every byte in
+// place, and a flipped byte late in a long record is caught.
+TEST(LoaderMappedReads, LongRecordsAreCheckedAndCopiedWhole) {
+  Fixture f(12, 2, 600 << 10, 900 << 10, 4 << 20);
+  LoaderOptions o = Opts(3);
+  o.read_unit = "map";
+  o.memory_budget = 0;
+  for (const std::vector<std::string>& fields :
+       {std::vector<std::string>{}, {"image", "label", "image"}}) {
+    o.fields = fields;
+    LoaderOptions shard = o;
+    shard.read_unit = "shard";
+    auto a = Loader::Open(f.uri, o);
+    auto b = Loader::Open(f.uri, shard);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+    EXPECT_TRUE(EpochBuffers(**a) == EpochBuffers(**b)) << "the batches differ byte for byte";
+  }
+  o.fields = {};
+  const auto& shard = f.manifest.shards[0];
+  FlipByte(fs::path(f.uri) / shard.key, format::kShardHeaderBytes + (550 << 10), std::byte{0x08});
+  auto l = Loader::Open(f.uri, o);
+  ASSERT_TRUE(l.ok());
+  const Status err = FirstError(**l, shard.first_sample);
+  EXPECT_EQ(err.code(), Code::kCorruption) << err.ToString();
+  EXPECT_NE(err.message().find("sample 0 (global " + std::to_string(shard.first_sample) +
+                               "): checksum mismatch"),
+            std::string::npos)
+      << err.ToString();
+}
 
 // Records the depth of the read queues the loader asks for.
 class DepthSeen final : public StoreWrapper {
@@ -785,40 +914,41 @@ TEST(LoaderDecodeTest, DecodedImagesEqualADirectDecodeOfTheSourceFiles) {
     packed.files.push_back(sources->files[i]);
   }
   sources->files = packed.files;
-  for (const char* unit : {"shard", "sample"}) {
-  SCOPED_TRACE(unit);
-  LoaderOptions o = Opts(5);
-  o.decode.field = "image";
-  o.decode.height = 32;
-  o.decode.width = 48;
-  o.read_unit = unit;
-  auto l = Loader::Open(uri, o);
-  ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ((*l)->read_unit(), unit);
-  size_t seen = 0;
-  std::vector<uint8_t> want(32 * 48 * 3), scratch;
-  while (true) {
-    auto b = (*l)->Next();
-    if (!b.ok()) {
-      ASSERT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
-      break;
+  for (const char* unit : {"shard", "sample", "map"}) {
+    SCOPED_TRACE(unit);
+    LoaderOptions o = Opts(5);
+    o.decode.field = "image";
+    o.decode.height = 32;
+    o.decode.width = 48;
+    o.read_unit = unit;
+    auto l = Loader::Open(uri, o);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ((*l)->read_unit(), unit);
+    size_t seen = 0;
+    std::vector<uint8_t> want(32 * 48 * 3), scratch;
+    while (true) {
+      auto b = (*l)->Next();
+      if (!b.ok()) {
+        ASSERT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+        break;
+      }
+      const auto* img = b->image("image");
+      ASSERT_NE(img, nullptr);
+      EXPECT_EQ(img->height, 32u);
+      EXPECT_EQ(img->width, 48u);
+      ASSERT_EQ(img->data.size(), b->size() * 32 * 48 * 3);
+      for (size_t i = 0; i < b->size(); ++i) {
+        const auto& src = sources->files[b->sample_ids()[i]];
+        auto jpeg = testing::ReadFile(src.path);
+        ASSERT_TRUE(DecodeJpegResized(jpeg, 32, 48, want, &scratch).ok());
+        ASSERT_TRUE(
+            std::equal(want.begin(), want.end(),
+                       reinterpret_cast<const uint8_t*>(img->data.data()) + i * want.size()));
+        EXPECT_EQ(b->int64("label")->values[i], src.label);
+        ++seen;
+      }
     }
-    const auto* img = b->image("image");
-    ASSERT_NE(img, nullptr);
-    EXPECT_EQ(img->height, 32u);
-    EXPECT_EQ(img->width, 48u);
-    ASSERT_EQ(img->data.size(), b->size() * 32 * 48 * 3);
-    for (size_t i = 0; i < b->size(); ++i) {
-      const auto& src = sources->files[b->sample_ids()[i]];
-      auto jpeg = testing::ReadFile(src.path);
-      ASSERT_TRUE(DecodeJpegResized(jpeg, 32, 48, want, &scratch).ok());
-      ASSERT_TRUE(std::equal(want.begin(), want.end(),
-                             reinterpret_cast<const uint8_t*>(img->data.data()) + i * want.size()));
-      EXPECT_EQ(b->int64("label")->values[i], src.label);
-      ++seen;
-    }
-  }
-  EXPECT_EQ(seen, 24u);
+    EXPECT_EQ(seen, 24u);
   }
 }
 

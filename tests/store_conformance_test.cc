@@ -271,6 +271,7 @@ TEST_P(StoreConformance, WrapperKeepsCapabilities) {
     store_ = std::make_shared<StoreWrapper>(store_);
   }
   EXPECT_EQ(store_->capabilities().prefix_listing, capabilities_of_target_.prefix_listing);
+  EXPECT_EQ(store_->capabilities().mapped_reads, capabilities_of_target_.mapped_reads);
   EXPECT_EQ(store_->local_reads(), local_reads_of_target_);
   // Deferred writes reach the backend's own deferral and its sync.
   ASSERT_OK(store_->PutObservedDeferred(K("d/a"), RandomBytes(4096, 9), [](auto) {}));
@@ -852,6 +853,35 @@ TEST_P(StoreConformance, ObjectReaderScattersConsecutiveBytesAndStopsAtTheEnd) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(store_->OpenReader(K("r/missing")).status().code(), Code::kNotFound);
   EXPECT_EQ(store_->OpenReader(K("r/../obj")).status().code(), Code::kInvalidArgument);
+}
+
+// Where the store says its objects can be mapped (files, memory), a reader
+// maps the whole object, once, and keeps showing the bytes it mapped after
+// a Put replaces the object; elsewhere Map is Unsupported.
+TEST_P(StoreConformance, ReaderMapsTheObjectWhereTheStoreCan) {
+  const auto data = RandomBytes(100000, 92);
+  ASSERT_OK(store_->Put(K("m/obj"), data));
+  auto reader = store_->OpenReader(K("m/obj"));
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto m = (*reader)->Map();
+  if (!store_->capabilities().mapped_reads) {
+    EXPECT_EQ(m.status().code(), Code::kUnsupported) << m.status().ToString();
+    return;
+  }
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->size(), data.size());
+  EXPECT_TRUE(std::equal(m->begin(), m->end(), data.begin()));
+  auto again = (*reader)->Map();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->data(), m->data()) << "mapped once";
+  ASSERT_OK(store_->Put(K("m/obj"), RandomBytes(10, 3)));
+  EXPECT_TRUE(std::equal(m->begin(), m->end(), data.begin())) << "replaced, not rewritten";
+  ASSERT_OK(store_->Put(K("m/empty"), {}));
+  auto empty = store_->OpenReader(K("m/empty"));
+  ASSERT_TRUE(empty.ok());
+  auto em = (*empty)->Map();
+  ASSERT_TRUE(em.ok()) << em.status().ToString();
+  EXPECT_TRUE(em->empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, StoreConformance,

@@ -124,7 +124,18 @@ struct LoaderOptions {
   // the store's reads are local (Store::local_reads: a disk file system or
   // tmpfs; through the node cache, a cache that can hold the whole dataset
   // on a local disk) and the mean record is at least kSampleReadMinBytes,
-  // "shard" otherwise. Default: "auto".
+  // "shard" otherwise. "map": as "sample", but each shard file is mapped
+  // into memory and workers check every record where it lies in the page
+  // cache, then copy it into the batch with streaming stores: no system call
+  // per record, and no read of the batch's memory before it is written, so
+  // each byte crosses memory once fewer than with "sample" (which matters
+  // where the GPU's DMA shares host memory bandwidth with the copies). Only
+  // stores whose objects can be mapped (StoreCapabilities::mapped_reads: a
+  // local folder, the node cache; a shard whose reader still cannot map, as
+  // behind a wrapper that does not pass ObjectReader::Map on, is read as
+  // with "sample"); a shard file truncated behind the loader is an error
+  // naming the record, not a crash. Not chosen by "auto" yet:
+  // it has not been measured on a many-core GPU node. Default: "auto".
   std::string read_unit = "auto";
   // Fields to deliver, by name. Default: empty = every field.
   std::vector<std::string> fields;

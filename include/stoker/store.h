@@ -116,6 +116,22 @@ class ObjectReader {
     (void)offset;
     (void)length;
   }
+  // The whole object mapped read-only into memory, where the backend can
+  // (StoreCapabilities::mapped_reads: a file, a memory store's bytes);
+  // Unsupported where it cannot. A load from it is the cheapest read there
+  // is, no system call and no copy into a buffer: a caller can check a record
+  // where it lies and copy it once, straight to where it goes. The first call
+  // maps; later ones return the same bytes. Valid while the reader lives.
+  // A mapped file truncated behind the reader's back, or a disk error under
+  // a page, raises SIGBUS on the load: stoker loads from it only under
+  // GuardedLoads (core/mapped_guard.h), which turns that into an error.
+  virtual Result<std::span<const std::byte>> Map() {
+    return Unsupported("this store's objects cannot be mapped into memory");
+  }
+  // Loads from Map()'s bytes are not reads the store sees: a caller reports
+  // what it read, for the counters a store keeps of its reads (the node
+  // cache's hits). Default: nothing.
+  virtual void CountMapped(uint64_t bytes) { (void)bytes; }
 };
 
 // What Stat and List report about an object.
@@ -136,6 +152,9 @@ struct StoreCapabilities {
   // map's range), so a caller may list one checkpoint's folder; on RADOS a
   // listing walks the whole pool. Default: false.
   bool prefix_listing = false;
+  // ObjectReader::Map works: the objects are files (POSIX, or the node
+  // cache's copies) or bytes in memory. Default: false.
+  bool mapped_reads = false;
 };
 
 class Store {

@@ -408,13 +408,16 @@ class Loader:
         is tried again this many times (0: never); one read's deadline
         (seconds), retries included.
       direct_io: read shards with O_DIRECT (local files).
-      read_unit: "auto" (default), "shard" or "sample". "shard" reads each
-        shard whole and copies its records into batches; "sample" reads only
-        the shards' indexes ahead and then each record straight into its
+      read_unit: "auto" (default), "shard", "sample" or "map". "shard" reads
+        each shard whole and copies its records into batches; "sample" reads
+        only the shards' indexes ahead and then each record straight into its
         batch (one read per sample: one copy fewer, for large samples on
-        local disks). "auto" picks "sample" for records of 64 KiB or more on
-        a local disk or tmpfs, "shard" otherwise; ``loader.read_unit`` says
-        which is in use.
+        local disks). "map" is "sample" from the shard files mapped into
+        memory: each record is checked where it lies in the page cache and
+        copied once into the batch (local folders and the node cache only;
+        not chosen by "auto" yet). "auto" picks "sample" for records of
+        64 KiB or more on a local disk or tmpfs, "shard" otherwise;
+        ``loader.read_unit`` says which is in use.
       device: None (host memory) or "cuda:N" (batches delivered on GPU N; needs
         a CUDA build of stoker; format "torch" or "dlpack").
       device_memory_budget: bytes of GPU memory for batches, held ones
@@ -479,8 +482,9 @@ class Loader:
         self.device = device or None
         self.format = format
         _store_options(store, o.store)
-        if read_unit not in ("auto", "shard", "sample"):
-            raise ValueError(f"read_unit must be 'auto', 'shard' or 'sample', got {read_unit!r}")
+        if read_unit not in ("auto", "shard", "sample", "map"):
+            raise ValueError(
+                f"read_unit must be 'auto', 'shard', 'sample' or 'map', got {read_unit!r}")
         # The node cache (a folder on local disk shared by the node's ranks
         # and jobs; see include/stoker/cache.h). cache_bytes 0 = the disk's
         # free space less 5%.

@@ -16,8 +16,10 @@
 #        epoch), and decode at --threads 16 with --prefetch 4 and 32 (the
 #        cores, not the prefetch depth, should set the speed)
 #     4. stoker bench gpu-loader on raw 128 KiB samples hot in the page
-#        cache, default options (target: >= 40 GB/s into HBM), then half
-#        and three quarters of the cores, and 1.5x with --prefetch 16
+#        cache, default options (target: >= 40 GB/s into HBM), then
+#        --read-unit map (checked in the page cache, copied once with
+#        streaming stores: a crossing of host memory fewer per byte), each
+#        also at half and three quarters of the cores as workers
 #     4b. (dma) bench/pagecache_dma.cc on the files of step 4's data set:
 #        the DMA reading records straight from the registered page cache
 #        against the loader's path (pread into pinned, checksum, one copy a
@@ -138,8 +140,9 @@ PY
   # Fewer workers than cores too: 16 copying threads leave the DMA 38.9 of
   # its 54.6 GB/s on the H200 VM, 8 leave it 51.2 (docs/benchmarks.md, "Into
   # HBM"), so the best worker count into HBM may be below the core count.
+  # Each count with per-sample reads (auto) and mapped reads, side by side.
   n=$(nproc)
-  IFS=';' read -r -a sweep <<<"${STOKER_GPU_LOADER_FLAGS:-;--threads $((n / 2));--threads $((n * 3 / 4));--threads $((n * 3 / 2)) --prefetch 16}"
+  IFS=';' read -r -a sweep <<<"${STOKER_GPU_LOADER_FLAGS:-;--read-unit map;--threads $((n / 2));--threads $((n / 2)) --read-unit map;--threads $((n * 3 / 4));--threads $((n * 3 / 4)) --read-unit map}"
   for flags in "${sweep[@]}"; do
     echo "-- flags: ${flags:-(defaults)}"
     # shellcheck disable=SC2086

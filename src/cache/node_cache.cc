@@ -139,6 +139,9 @@ StoreCapabilities NodeCacheImpl::capabilities() const {
   // "auto" keeps whole-shard reads there.
   StoreCapabilities c = StoreWrapper::capabilities();
   c.local_reads = holds_dataset_locally_;
+  // A shard's reader maps its cache file (or the copy in memory of one the
+  // cache would not admit), whatever the store behind.
+  c.mapped_reads = true;
   return c;
 }
 

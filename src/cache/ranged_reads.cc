@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cache/node_cache.h"
+#include "core/file_mapping.h"
 
 namespace stoker::cache_internal {
 namespace {
@@ -54,6 +55,10 @@ class CachedReader final : public ObjectReader {
   void WillNeed(uint64_t offset, uint64_t length) override {
     (void)posix_fadvise(fd_, off_t(offset), off_t(length), POSIX_FADV_WILLNEED);
   }
+  // The cache file stays whole while the pin is held: eviction and refetch
+  // replace it by rename and unlink, never in place.
+  Result<std::span<const std::byte>> Map() override { return mapping_.Get(fd_, path_); }
+  void CountMapped(uint64_t bytes) override { cache_->CountCacheBytes(bytes); }
 
  private:
   NodeCacheImpl* cache_;
@@ -61,6 +66,7 @@ class CachedReader final : public ObjectReader {
   const int fd_;
   const std::string path_;
   const uint64_t size_;
+  internal::FileMapping mapping_;
 };
 
 // A shard the cache would not admit: ranges of the copy fetched for it.
@@ -76,6 +82,9 @@ class MemoryReader final : public ObjectReader {
       at += n;
     }
     return size_t(at - std::min<uint64_t>(offset, at));
+  }
+  Result<std::span<const std::byte>> Map() override {
+    return std::span<const std::byte>(data_.data(), data_.size());
   }
 
  private:

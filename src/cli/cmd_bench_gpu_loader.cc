@@ -25,7 +25,7 @@ struct ModeRun {
   double h2d_seconds = 0;  // copy-engine busy time
   uint64_t peak_device_bytes = 0;
   uint64_t pinned_bytes = 0;
-  std::string read_unit;  // "shard" or "sample" (Loader::read_unit)
+  std::string read_unit;  // "shard", "sample" or "map" (Loader::read_unit)
   // Where the consumer's time goes, on its own thread: all of Next() (the
   // data wait above plus taking the loader's lock), WaitOn, and releasing
   // the previous batch.

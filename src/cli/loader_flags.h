@@ -40,7 +40,8 @@ struct LoaderFlags {
     cmd->add_flag("--no-shuffle", no_shuffle, "Read in packed order");
     cmd->add_flag("--direct", options.direct_io, "O_DIRECT reads (POSIX store)");
     cmd->add_option("--read-unit", options.read_unit,
-                    "auto, shard (read shards whole) or sample (read each record into the batch)")
+                    "auto, shard (read shards whole), sample (read each record into the batch) "
+                    "or map (check each record in the mapped shard file, copy it into the batch)")
         ->capture_default_str();
     cmd->add_flag("--decode", decode, "Decode the 'image' field as JPEG and resize");
     cmd->add_option("--decode-size", decode_size, "HxW of decoded images")->capture_default_str();

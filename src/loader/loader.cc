@@ -84,7 +84,9 @@ class LoaderImpl final : public Loader {
   Result<Batch> Next() override;
   uint64_t num_batches() const override { return epoch_ ? epoch_->plan.num_batches() : 0; }
   LoaderState state() const override { return last_state_; }
-  std::string_view read_unit() const override { return sample_reads_ ? "sample" : "shard"; }
+  std::string_view read_unit() const override {
+    return mapped_reads_ ? "map" : sample_reads_ ? "sample" : "shard";
+  }
   LoaderStats stats() const override;
 
  private:
@@ -109,9 +111,11 @@ class LoaderImpl final : public Loader {
   const std::vector<ColumnSpec> columns_;
   const std::vector<int> column_fields_;  // manifest field index of each column
   std::vector<uint32_t> shard_samples_;
-  // read_unit "sample" (decided once, at Open), the size of one shard slot,
-  // and which column receives each field (-1: read, checked, not delivered).
+  // read_unit "sample" or "map" (decided once, at Open), the size of one
+  // shard slot, and which column receives each field (-1: read, checked, not
+  // delivered).
   bool sample_reads_ = false;
+  bool mapped_reads_ = false;
   uint64_t slot_bytes_ = 0;
   std::vector<int> first_column_of_field_;
   uint32_t threads_ = 1;
@@ -153,8 +157,10 @@ LoaderImpl::LoaderImpl(std::shared_ptr<LoaderCounters> counters, std::shared_ptr
   const std::string& unit = options_.read_unit;
   const uint64_t mean_record =
       manifest_.sample_count ? manifest_.payload_bytes / manifest_.sample_count : 0;
-  sample_reads_ = unit == "sample" || (unit == "auto" && !options_.direct_io &&
-                                       mean_record >= kSampleReadMinBytes && store_->local_reads());
+  mapped_reads_ = unit == "map";
+  sample_reads_ = unit == "sample" || mapped_reads_ ||
+                  (unit == "auto" && !options_.direct_io && mean_record >= kSampleReadMinBytes &&
+                   store_->local_reads());
   // Shard slots are all the size of the largest shard (or index), so any
   // slot serves any shard and the budget arithmetic is exact.
   slot_bytes_ = max_shard_bytes;
@@ -251,6 +257,7 @@ void LoaderImpl::StartStages(Epoch& e) {
   sc.manifest = &manifest_;
   sc.options = &options_;
   sc.sample_reads = sample_reads_;
+  sc.mapped_reads = mapped_reads_;
   sc.slot_bytes = slot_bytes_;
   sc.slots = e.memory.slots;
   sc.pool = shard_pool_;
@@ -383,12 +390,14 @@ Status ValidateOptions(const LoaderOptions& o) {
   if (o.shuffle_window_shards == 0) return InvalidArgument("shuffle_window_shards must be >= 1");
   STOKER_RETURN_IF_ERROR(ValidateDecodeOptions(o.decode));
   if (o.read_timeout.count() <= 0) return InvalidArgument("read_timeout must be positive");
-  if (o.read_unit != "auto" && o.read_unit != "shard" && o.read_unit != "sample") {
-    return InvalidArgument("read_unit must be auto, shard or sample, not '" + o.read_unit + "'");
+  if (o.read_unit != "auto" && o.read_unit != "shard" && o.read_unit != "sample" &&
+      o.read_unit != "map") {
+    return InvalidArgument("read_unit must be auto, shard, sample or map, not '" + o.read_unit +
+                           "'");
   }
-  if (o.read_unit == "sample" && o.direct_io) {
-    return InvalidArgument(
-        "read_unit sample cannot be used with direct_io: records are not block-aligned");
+  if ((o.read_unit == "sample" || o.read_unit == "map") && o.direct_io) {
+    return InvalidArgument("read_unit " + o.read_unit +
+                           " cannot be used with direct_io: records are not block-aligned");
   }
   STOKER_RETURN_IF_ERROR(ParseDevice(o.device).status());
   return Status::Ok();
@@ -453,6 +462,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
   if (!decode_found) {
     return InvalidArgument("decode field '" + options.decode.field + "' is not among the fields " +
                            "delivered from " + store->uri());
+  }
+  if (options.read_unit == "map" && !store->capabilities().mapped_reads) {
+    return InvalidArgument("read_unit map reads the shard files mapped into memory, and " +
+                           store->uri() +
+                           " cannot be mapped (a local folder or the node cache can): use "
+                           "read_unit sample or shard");
   }
   STOKER_ASSIGN_OR_RETURN(const int device, ParseDevice(options.device));
   auto impl =

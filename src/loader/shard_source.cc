@@ -55,6 +55,7 @@ void ShardSource::BatchBuilt(uint64_t b) {
     if (s.state == State::kReady) {
       s.buffer.reset();
       s.view = ShardView();
+      s.mapped = {};
       s.object.reset();
       slots_free_++;
       freed = true;

@@ -6,7 +6,10 @@
 //     ReadQueue (reads_in_flight of them), parses and checks each as it lands;
 //   per-sample reads ("sample"): one thread reads each shard's header and
 //     index (a few KiB) and opens the shard, for every batch the assembly may
-//     build; the workers then read records themselves (ReadRecord).
+//     build; the workers then read records themselves (ReadRecord);
+//   mapped reads ("map"): the same, and the shard's file is mapped, so that
+//     the workers check each record where it lies in the page cache and copy
+//     it once, with streaming stores, into the batch (ReadRecord).
 //
 // Deadlock-freedom: slots >= Schedule::MaxLiveShards, and shards load in
 // order of first use, so the shards of the earliest batch not yet built
@@ -40,6 +43,7 @@ struct ShardSourceConfig {
   const format::Manifest* manifest = nullptr;
   const LoaderOptions* options = nullptr;
   bool sample_reads = false;
+  bool mapped_reads = false;  // with sample_reads
   uint64_t slot_bytes = 0;
   uint64_t slots = 0;
   std::shared_ptr<BufferPool> pool;
@@ -70,7 +74,9 @@ class ShardSource final {
 
   const format::ShardView& view(uint32_t use) const { return state_[use].view; }
   // Per-sample reads: record `local` of `use` into dst[column] (fields not
-  // delivered go to scratch), then its checksum. Returns the record's size.
+  // delivered go to scratch), then its checksum; mapped reads: its checksum
+  // where it lies, then its delivered fields into dst[column]. Returns the
+  // record's size.
   Result<uint64_t> ReadRecord(uint32_t use, uint32_t local, std::span<std::byte* const> dst);
 
  private:
@@ -81,12 +87,16 @@ class ShardSource final {
     std::shared_ptr<BatchMemory> buffer;  // whole shard, or header then index
     format::ShardView view;
     std::shared_ptr<ObjectReader> object;  // per-sample reads
+    std::span<const std::byte> mapped;     // mapped reads: object's bytes
     std::atomic<uint32_t> batches_left{0};
   };
 
   void ReaderLoop();
   void IndexLoop();
   Status LoadIndex(UseState& u, uint32_t shard);
+  Result<uint64_t> MappedRecord(const UseState& u, uint32_t local, std::span<std::byte* const> dst);
+  Status CheckedRecord(const format::ShardView& v, uint32_t local, uint64_t hash,
+                       const uint32_t* len, std::span<std::byte* const> dst) const;
   ReadRequest RequestFor(uint64_t use);
   void OnRead(const ReadCompletion& c);
   bool FailOverdue(const std::vector<std::pair<uint64_t, Deadline>>& started);

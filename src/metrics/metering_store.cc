@@ -77,6 +77,9 @@ class MeteredReader final : public ObjectReader {
     return r;
   }
   void WillNeed(uint64_t offset, uint64_t length) override { target_->WillNeed(offset, length); }
+  // Loads from a mapping are not store operations: not metered.
+  Result<std::span<const std::byte>> Map() override { return target_->Map(); }
+  void CountMapped(uint64_t bytes) override { target_->CountMapped(bytes); }
 
  private:
   std::unique_ptr<ObjectReader> target_;

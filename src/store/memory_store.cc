@@ -94,6 +94,9 @@ class MemoryObjectReader final : public ObjectReader {
     }
     return done;
   }
+  Result<std::span<const std::byte>> Map() override {
+    return std::span<const std::byte>(object_->data(), object_->size());
+  }
 
  private:
   std::shared_ptr<const Bytes> object_;
@@ -146,7 +149,7 @@ class MemoryStore final : public Store {
   }
 
   StoreCapabilities capabilities() const override {
-    return {.local_reads = true, .prefix_listing = true};
+    return {.local_reads = true, .prefix_listing = true, .mapped_reads = true};
   }
 
   Result<ObjectInfo> Stat(std::string_view key) override {

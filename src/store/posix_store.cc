@@ -28,6 +28,7 @@
 #include <system_error>
 
 #include "core/aligned_memory.h"
+#include "core/file_mapping.h"
 #include "core/stream_copy.h"
 #include "store/posix_internal.h"
 #include "store/store_internal.h"
@@ -107,6 +108,8 @@ class PosixObjectReader final : public ObjectReader {
     return done;
   }
 
+  Result<std::span<const std::byte>> Map() override { return mapping_.Get(fd_, path_); }
+
   void WillNeed(uint64_t offset, uint64_t length) override {
     // Advice only: an error here changes nothing that a read would not report.
     (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length),
@@ -116,6 +119,7 @@ class PosixObjectReader final : public ObjectReader {
  private:
   const int fd_;
   const std::string path_;
+  internal::FileMapping mapping_;
 };
 
 // Opens an object's file for reading and stats it; a folder is NotFound.
@@ -223,7 +227,7 @@ class PosixStore final : public Store {
   }
 
   StoreCapabilities capabilities() const override {
-    return {.local_reads = IsLocalFileSystem(root_), .prefix_listing = true};
+    return {.local_reads = IsLocalFileSystem(root_), .prefix_listing = true, .mapped_reads = true};
   }
 
   Status SyncDeferred() override {

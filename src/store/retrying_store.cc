@@ -93,6 +93,9 @@ class RetryingObjectReader final : public ObjectReader {
     return WithRetries(options_, [&] { return inner_->ReadV(offset, dsts); });
   }
   void WillNeed(uint64_t offset, uint64_t length) override { inner_->WillNeed(offset, length); }
+  // Mapping is not retried: its errors are not transient ones of a read.
+  Result<std::span<const std::byte>> Map() override { return inner_->Map(); }
+  void CountMapped(uint64_t bytes) override { inner_->CountMapped(bytes); }
 
  private:
   std::unique_ptr<ObjectReader> inner_;

@@ -41,7 +41,7 @@ def test_one_epoch_delivers_every_sample_once_with_its_bytes(dataset):
 def test_read_units_deliver_the_same_batches(dataset):
     uri, src = dataset
     runs = {}
-    for unit in ("shard", "sample"):
+    for unit in ("shard", "sample", "map"):
         loader = stoker.Loader(uri, batch_size=16, rank=0, world_size=1, seed=3, read_unit=unit)
         assert loader.read_unit == unit
         runs[unit] = []
@@ -49,7 +49,7 @@ def test_read_units_deliver_the_same_batches(dataset):
             check_batch_content(batch, src)
             runs[unit].append((batch["sample_ids"].tolist(), batch["label"].tolist(),
                                batch["image"].data.tobytes()))
-    assert runs["shard"] == runs["sample"]
+    assert runs["shard"] == runs["sample"] == runs["map"]
     # Small samples: auto keeps whole-shard reads.
     assert stoker.Loader(uri, 16, rank=0, world_size=1).read_unit == "shard"
     with pytest.raises(ValueError, match="read_unit must be"):

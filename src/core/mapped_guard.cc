@@ -1,0 +1,96 @@
+#include "core/mapped_guard.h"
+
+#include <setjmp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace stoker {
+namespace {
+
+struct Frame {
+  sigjmp_buf env;
+  const std::byte* begin = nullptr;
+  const std::byte* end = nullptr;
+  volatile sig_atomic_t armed = 0;
+};
+
+thread_local Frame t_frame;
+// Set while this thread runs the handler we forward to: a handler that
+// re-raises into ours (Python's faulthandler does) ends in the default action.
+thread_local volatile sig_atomic_t t_forwarding = 0;
+
+std::mutex install_mu;
+struct sigaction previous;  // what was installed before ours (under install_mu)
+std::atomic<bool> installed{false};
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  Frame& f = t_frame;
+  const auto* at = static_cast<const std::byte*>(info->si_addr);
+  if (f.armed && at >= f.begin && at < f.end) {
+    f.armed = 0;
+    siglongjmp(f.env, 1);
+  }
+  // Not ours: to the handler that was there before. Once: one that
+  // re-raises into ours (Python's faulthandler does) ends in the default.
+  const bool siginfo = previous.sa_flags & SA_SIGINFO;
+  const bool handler = siginfo ? previous.sa_sigaction != nullptr
+                               : previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN;
+  if (handler && !t_forwarding) {
+    t_forwarding = 1;
+    if (siginfo) {
+      previous.sa_sigaction(sig, info, context);
+    } else {
+      previous.sa_handler(sig);
+    }
+    t_forwarding = 0;
+    return;  // it dealt with the fault, or the load faults again
+  }
+  // The default action: restore it, and the faulting load runs again and
+  // takes the process down as it would have without us.
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGBUS, &dfl, nullptr);
+}
+
+}  // namespace
+
+void EnsureMappedGuard() {
+  std::lock_guard lock(install_mu);
+  struct sigaction now = {};
+  sigaction(SIGBUS, nullptr, &now);
+  if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == OnSigbus) return;
+  struct sigaction ours = {};
+  ours.sa_sigaction = OnSigbus;
+  // SA_NODEFER: siglongjmp leaves the handler without restoring the signal
+  // mask (sigsetjmp(env, 0) does not save it, which keeps the guard cheap),
+  // so SIGBUS must not be blocked while it runs.
+  ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&ours.sa_mask);
+  // Set `previous` before ours is live: a SIGBUS right after finds it.
+  previous = now;
+  sigaction(SIGBUS, &ours, nullptr);
+  installed = true;
+}
+
+namespace mapped_guard_internal {
+
+bool Run(const std::byte* begin, size_t length, void (*call)(void*), void* fn) {
+  if (!installed.load(std::memory_order_acquire)) EnsureMappedGuard();
+  Frame& f = t_frame;
+  if (sigsetjmp(f.env, 0) != 0) return false;
+  f.begin = begin;
+  f.end = begin + length;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  f.armed = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  call(fn);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  f.armed = 0;
+  return true;
+}
+
+}  // namespace mapped_guard_internal
+}  // namespace stoker
