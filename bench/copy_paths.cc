@@ -1,7 +1,7 @@
 // How many times does a record cross host memory on its way into a batch?
 // Issue 16's question for read_unit "map" (docs/benchmarks.md, "Into HBM").
 //
-//   copy_paths_probe FILE [--record-kib 128] [--rounds 3]
+//   copy_paths_probe DIR [--record-kib 128] [--rounds 3] [--max-mib 1024]
 //
 // 1. Stores into memory not in cache, one thread, 1 GiB: rep movsb (what
 //    the kernel's copy of a pread uses on a CPU with fast strings), plain
@@ -11,10 +11,12 @@
 // 2. Does the checksum after a pread read the record from cache? XXH3 of
 //    the record just preaded, against the same on a record flushed from
 //    cache and one hashed just before.
-// 3. The record paths on FILE (hot in the page cache), GB/s on one thread:
-//    pread into the batch + XXH3 ("sample"), and the shard mapped, XXH3 in
-//    place + StreamCopy into the batch ("map"), 4 MiB shards mapped and
-//    unmapped one after another as the loader does.
+// 3. The record paths on the files under DIR (a data set's shards, hot in
+//    the page cache), GB/s on one thread: pread into the batch + XXH3
+//    ("sample"), and each file mapped, XXH3 in place + StreamCopy into the
+//    batch ("map"), mapped and unmapped one after another as the loader
+//    does. Records are --record-kib pieces of each file; files up to
+//    --max-mib in all.
 //
 // Built with the rest (CMake target copy_paths_probe); not installed.
 #include <fcntl.h>
@@ -26,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -82,33 +85,54 @@ std::byte* Fresh(size_t n) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s FILE [--record-kib N] [--rounds N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR [--record-kib N] [--rounds N] [--max-mib N]\n", argv[0]);
     return 2;
   }
   size_t record = 128 << 10;
   int rounds = 3;
+  size_t max_bytes = 1ull << 30;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--record-kib") {
       record = std::strtoul(argv[i + 1], nullptr, 10) << 10;
     } else if (flag == "--rounds") {
       rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--max-mib") {
+      max_bytes = std::strtoull(argv[i + 1], nullptr, 10) << 20;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  const int fd = open(argv[1], O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::perror(argv[1]);
-    return 1;
+  struct File {
+    int fd;
+    size_t size;  // whole records
+  };
+  std::vector<File> files;
+  size_t total = 0;
+  const std::filesystem::path root = argv[1];
+  std::vector<std::filesystem::path> paths;
+  if (std::filesystem::is_directory(root)) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+      if (e.is_regular_file()) paths.push_back(e.path());
+    }
+  } else {
+    paths.push_back(root);
   }
-  constexpr size_t kShard = 4 << 20;
-  const size_t file = size_t(lseek(fd, 0, SEEK_END));
-  const size_t shards = file / kShard;
-  if (shards == 0 || record == 0 || record > kShard) {
-    std::fprintf(stderr, "%s: need at least one 4 MiB shard and a record of at most 4 MiB\n",
-                 argv[1]);
+  for (const auto& p : paths) {
+    if (total >= max_bytes) break;
+    const size_t size = std::filesystem::file_size(p) / record * record;
+    if (size == 0) continue;
+    const int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      std::perror(p.c_str());
+      return 1;
+    }
+    files.push_back({fd, size});
+    total += size;
+  }
+  if (files.empty() || record == 0) {
+    std::fprintf(stderr, "%s: no file of a record (%zu KiB) or more\n", argv[1], record >> 10);
     return 1;
   }
   constexpr size_t kDst = 1ull << 30;  // a rotating batch, far larger than the caches
@@ -122,7 +146,7 @@ int main(int argc, char** argv) {
     return d;
   };
   uint64_t sink = 0;
-  const double gb = double(shards * kShard) / 1e9;
+  const double gb = double(total) / 1e9;
   for (int r = 0; r < rounds; ++r) {
     std::printf("round %d, records of %zu KiB\n", r + 1, record >> 10);
     // 1. Store kinds.
@@ -139,10 +163,10 @@ int main(int argc, char** argv) {
     }
     // 2. The checksum after a pread.
     double after_pread = 0, flushed = 0, hot = 0;
-    for (size_t s = 0; s < shards; ++s) {
-      for (size_t o = 0; o + record <= kShard; o += record) {
+    for (const File& f : files) {
+      for (size_t o = 0; o < f.size; o += record) {
         std::byte* d = next();
-        if (pread(fd, d, record, off_t(s * kShard + o)) != ssize_t(record)) std::abort();
+        if (pread(f.fd, d, record, off_t(o)) != ssize_t(record)) std::abort();
         auto t = Clock::now();
         sink += XXH3_64bits(d, record);
         after_pread += Seconds(t);
@@ -159,28 +183,28 @@ int main(int argc, char** argv) {
                 gb / after_pread, gb / flushed, gb / hot);
     // 3. The record paths.
     auto t = Clock::now();
-    for (size_t s = 0; s < shards; ++s) {
-      for (size_t o = 0; o + record <= kShard; o += record) {
+    for (const File& f : files) {
+      for (size_t o = 0; o < f.size; o += record) {
         std::byte* d = next();
-        if (pread(fd, d, record, off_t(s * kShard + o)) != ssize_t(record)) std::abort();
+        if (pread(f.fd, d, record, off_t(o)) != ssize_t(record)) std::abort();
         sink += XXH3_64bits(d, record);
       }
     }
     const double sample = Seconds(t);
     t = Clock::now();
-    for (size_t s = 0; s < shards; ++s) {
-      void* m = mmap(nullptr, kShard, PROT_READ, MAP_SHARED, fd, off_t(s * kShard));
+    for (const File& f : files) {
+      void* m = mmap(nullptr, f.size, PROT_READ, MAP_SHARED, f.fd, 0);
       if (m == MAP_FAILED) {
         std::perror("mmap");
         return 1;
       }
       const auto* base = static_cast<const std::byte*>(m);
-      for (size_t o = 0; o + record <= kShard; o += record) {
+      for (size_t o = 0; o < f.size; o += record) {
         sink += XXH3_64bits(base + o, record);
         stoker::StreamCopy(next(), base + o, record);
       }
       stoker::StreamFence();
-      munmap(m, kShard);
+      munmap(m, f.size);
     }
     const double mapped = Seconds(t);
     std::printf(
@@ -190,6 +214,6 @@ int main(int argc, char** argv) {
   }
   std::free(dst);
   std::free(src);
-  close(fd);
+  for (const File& f : files) close(f.fd);
   return sink == 42 ? 3 : 0;
 }

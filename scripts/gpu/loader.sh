@@ -22,8 +22,12 @@
 #        also at half and three quarters of the cores as workers
 #     4b. (dma) bench/pagecache_dma.cc on the files of step 4's data set:
 #        the DMA reading records straight from the registered page cache
-#        against the loader's path (pread into pinned, checksum, one copy a
-#        batch), and what registering costs; nproc and nproc/2 threads
+#        against models of read_unit sample (pread into pinned, checksum,
+#        one copy a batch) and map (checksum in the mapping, streaming copy
+#        into pinned, one copy a batch), and what registering costs; nproc
+#        and nproc/2 threads. Then bench/copy_paths.cc on one shard: do the
+#        kernel's copy and memcpy read each line in before writing it on
+#        this CPU (streaming stores do not)?
 #     5. (membw) scripts/gpu/membw.py: host memory copies with and without
 #        an H2D copy running beside them (does the DMA take the workers'
 #        memory bandwidth?)
@@ -173,6 +177,9 @@ if want dma; then
     "$bin/pagecache_dma_probe" "$shm" --threads "$(nproc)" 2>&1 | tee -a "$out/dma.txt"
     ((PIPESTATUS[0] == 0)) || fail=1
     rm -rf "$shm"
+    step "stores into memory not in cache, and the record paths, one thread"
+    "$bin/copy_paths_probe" "$ds" --max-mib 512 2>&1 | tee -a "$out/dma.txt"
+    ((PIPESTATUS[0] == 0)) || fail=1
   else
     echo "dma: needs the gpu step's data set and $bin/pagecache_dma_probe (scripts/gpu-check.sh prepare)"
     fail=1
