@@ -161,8 +161,8 @@ Status ShardSource::CheckedRecord(const ShardView& v, uint32_t local, uint64_t h
 // read of it from memory), then each delivered field is copied from cache
 // into the batch with streaming stores, which write it without first reading
 // the batch's lines in (the kernel's copy of a pread does read them: on the
-// build VM's Xeon, rep movsb into memory not in cache ran at 9.5 GB/s, the
-// same as plain stores, streaming stores at 19.1). A record longer than
+// build VM's Xeon, rep movsb into memory not in cache ran at 9.0 GB/s, as
+// memcpy, streaming stores at 15.5; bench/copy_paths.cc). A record longer than
 // kMappedChunk is checked and copied a chunk at a time, so that the copy
 // still finds it in cache. A SIGBUS under the loads (the file truncated
 // behind the loader, a disk error) is an error naming the record.
