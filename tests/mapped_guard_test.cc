@@ -78,7 +78,16 @@ class MappedGuardDeath : public ::testing::Test {
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
 };
 
+// The death tests start from the default action for SIGBUS, whatever was
+// there before (a sanitizer installs a handler of its own, which reports and
+// exits), then put the guard in front of it.
+void FromTheDefaultAction() {
+  signal(SIGBUS, SIG_DFL);
+  EnsureMappedGuard();
+}
+
 void FaultOutsideTheGuardedRange() {
+  FromTheDefaultAction();
   ShrunkMapping guarded(2);
   ShrunkMapping other(2);
   (void)GuardedLoads(guarded.bytes.data(), guarded.bytes.size(),
@@ -86,8 +95,8 @@ void FaultOutsideTheGuardedRange() {
 }
 
 void UnguardedFault() {
+  FromTheDefaultAction();
   ShrunkMapping m(2);
-  EnsureMappedGuard();
   (void)Sum(m.Page(1), 64);
 }
 
@@ -108,8 +117,8 @@ void HandlerBefore() {
 }
 
 void HandlerInstalledLater() {
+  FromTheDefaultAction();
   ShrunkMapping m(2);
-  EnsureMappedGuard();
   signal(SIGBUS, ExitWith43);  // an application's, in front of ours
   EnsureMappedGuard();         // the loader's, once per shard
   GuardedThenUnguardedFault(m);
