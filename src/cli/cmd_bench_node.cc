@@ -378,10 +378,9 @@ void AddCommon(CLI::App* cmd, NodeArgs* a) {
   cmd->add_option("--window", a->window, "Shuffle window in shards")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Loader workers per rank")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Shuffle seed (job j uses seed + j)")->capture_default_str();
-  cmd->add_option(
-         "--read-unit", a->read_unit,
-         "The loader's read unit: auto, shard, sample or map (a local store under auto reads "
-         "samples, so shard gives a remote store's whole-shard reads)")
+  cmd->add_option("--read-unit", a->read_unit,
+                  "The loader's read unit: auto, shard, sample or map (under auto a local store "
+                  "reads samples, so shard gives a remote store's whole-shard reads)")
       ->capture_default_str();
   cmd->add_flag("--node-affinity", a->node_affinity,
                 "Each shard read by one node only (needs --ranks-per-node)");

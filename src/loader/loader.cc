@@ -264,6 +264,7 @@ void LoaderImpl::StartStages(Epoch& e) {
   sc.counters = counters_.get();
   sc.first_column_of_field = first_column_of_field_;
   sc.column_fields = column_fields_;
+  for (const ColumnSpec& c : columns_) sc.decoded_columns.push_back(c.decode);
   e.source = std::make_unique<ShardSource>(std::move(sc), e.schedule);
   AssemblyConfig ac;
   ac.manifest = &manifest_;

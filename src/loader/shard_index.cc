@@ -162,7 +162,9 @@ Status ShardSource::CheckedRecord(const ShardView& v, uint32_t local, uint64_t h
 // into the batch with streaming stores, which write it without first reading
 // the batch's lines in (the kernel's copy of a pread does read them: on the
 // build VM's Xeon, rep movsb into memory not in cache ran at 9.0 GB/s, as
-// memcpy, streaming stores at 15.5; bench/copy_paths.cc). A record longer than
+// memcpy, streaming stores at 15.5; bench/copy_paths.cc); a field to be
+// decoded goes to the worker's scratch with plain stores, to be read from
+// cache by the decoder. A record longer than
 // kMappedChunk is checked and copied a chunk at a time, so that the copy
 // still finds it in cache. A SIGBUS under the loads (the file truncated
 // behind the loader, a disk error) is an error naming the record.
@@ -193,7 +195,7 @@ Result<uint64_t> ShardSource::MappedRecord(const UseState& u, uint32_t local,
       const uint64_t lo = std::max(a, at), hi = std::min<uint64_t>(b, at + len[f]);
       if (c < 0 || lo >= hi) continue;
       std::byte* to = dst[size_t(c)] + (lo - at);
-      if (hi - lo >= kStreamMinBytes) {
+      if (hi - lo >= kStreamMinBytes && !config_.decoded_columns[size_t(c)]) {
         StreamCopy(to, src + lo, hi - lo);
       } else {
         std::memcpy(to, src + lo, hi - lo);

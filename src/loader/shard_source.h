@@ -52,6 +52,9 @@ struct ShardSourceConfig {
   // checked, not delivered), and the manifest field of each column.
   std::vector<int> first_column_of_field;
   std::vector<int> column_fields;
+  // Mapped reads: columns whose bytes are decoded right after the copy (into
+  // a worker's scratch), so copied with stores that keep them in cache.
+  std::vector<bool> decoded_columns;
 };
 
 class ShardSource final {
