@@ -80,7 +80,18 @@ namespace mapped_guard_internal {
 bool Run(const std::byte* begin, size_t length, void (*call)(void*), void* fn) {
   if (!installed.load(std::memory_order_acquire)) EnsureMappedGuard();
   Frame& f = t_frame;
-  if (sigsetjmp(f.env, 0) != 0) return false;
+  if (sigsetjmp(f.env, 0) != 0) {
+    // Left the handler by siglongjmp, which restores no signal mask. SA_NODEFER
+    // kept SIGBUS unblocked, unless whoever ran our handler blocked it (a
+    // sanitizer runs handlers from its own, with every signal blocked): a
+    // blocked SIGBUS would kill at the next fault, so unblock it. The error
+    // path only: one system call per fault.
+    sigset_t bus;
+    sigemptyset(&bus);
+    sigaddset(&bus, SIGBUS);
+    pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
+    return false;
+  }
   f.begin = begin;
   f.end = begin + length;
   std::atomic_signal_fence(std::memory_order_seq_cst);
