@@ -28,6 +28,9 @@
 #        and nproc/2 threads. Then bench/copy_paths.cc on one shard: do the
 #        kernel's copy and memcpy read each line in before writing it on
 #        this CPU (streaming stores do not)?
+#     4c. (units) stoker bench loader, host delivery, --read-unit shard,
+#        sample and map taking turns over 3 rounds, on 50,000 raw records
+#        of 4-12 KiB and on step 4's 128 KiB set (JSON: units-*.json)
 #     5. (membw) scripts/gpu/membw.py: host memory copies with and without
 #        an H2D copy running beside them (does the DMA take the workers'
 #        memory bandwidth?)
@@ -39,7 +42,8 @@
 #        (perf, its libraries, and stoker with its symbols), made by
 #        `scripts/gpu/loader.sh perf-carry` here.
 #
-# Environment: STOKER_SCALING_ARGS (extra bench/scaling.py flags, e.g.
+# Environment: STOKER_UNITS_SMALL (step 4c's small records, default 50000),
+# STOKER_SCALING_ARGS (extra bench/scaling.py flags, e.g.
 # "--images 2000 --repeats 2 --modes raw,decode"), STOKER_LOADER_STEPS
 # (default "scaling,bench,gpu,dma"), STOKER_GPU_DATA_GIB (default 4),
 # STOKER_GPU_LOADER_FLAGS (step 4's runs, ';'-separated flag sets; an empty
@@ -155,6 +159,62 @@ PY
     ((PIPESTATUS[0] == 0)) || fail=1
   done
 fi
+if want units; then
+  # Read units at host delivery on this machine's cores, 3 rounds taking
+  # turns: does "map" keep its 2-core lead (1.15x at 128 KiB) with 16
+  # workers, where each shard's unmap shoots down every core's TLB? And do
+  # small records read faster per sample than in whole shards, as on 2 cores?
+  small=/tmp/stoker-units-small
+  if [[ ! -f $small/ds/manifest.stoker ]]; then
+    python3 - "$small/src" "${STOKER_UNITS_SMALL:-50000}" <<'PY'
+import os, sys
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+src, count = sys.argv[1], int(sys.argv[2])
+def write(part):
+    rng = np.random.default_rng(100 + part)
+    d = os.path.join(src, "c%02d" % part)
+    os.makedirs(d, exist_ok=True)
+    for i in range(part, count, 16):
+        with open(os.path.join(d, "s%08d.bin" % i), "wb") as f:
+            f.write(rng.bytes(int(rng.integers(4096, 12289))))
+with ThreadPoolExecutor(16) as pool:
+    list(pool.map(write, range(16)))
+PY
+    "$bin/stoker" pack --quiet "$small/src" "$small/ds" && rm -rf "$small/src"
+  fi
+  for ds in "$small/ds" "$big/ds"; do
+    if [[ ! -f $ds/manifest.stoker ]]; then
+      echo "units: no data set at $ds (step gpu makes the 128 KiB one)"
+      fail=1
+      continue
+    fi
+    name=$(basename "$(dirname "$ds")")
+    for r in 1 2 3; do
+      for u in shard sample map; do
+        "$bin/stoker" bench loader "$ds" --epochs 3 --read-unit "$u" --json \
+          >"$out/units-$name-$u-$r.json" || fail=1
+      done
+    done
+  done
+  step "read units, host delivery (median of epochs 2-3 per run, median of 3 runs)"
+  python3 - "$out" <<'PY' | tee "$out/units.txt"
+import glob, json, os, statistics as st, sys
+runs = {}
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "units-*.json"))):
+    name, unit, _ = os.path.basename(f)[len("units-"):-len(".json")].rsplit("-", 2)
+    try:
+        d = json.load(open(f))
+    except ValueError:
+        continue
+    runs.setdefault((name, unit), []).append(
+        (st.median(d["epoch_samples_per_s"][1:]), d["cpu_seconds_per_gb"]))
+for (name, unit), v in sorted(runs.items()):
+    print(f"{name:28} {unit:7} samples/s {st.median(x[0] for x in v):>12,.0f}  "
+          f"CPU s/GB (all 3 epochs) {st.median(x[1] for x in v):.3f}  ({len(v)} runs)")
+PY
+fi
+
 if want membw; then
   step "host memory copies beside an H2D copy (scripts/gpu/membw.py)"
   python3 scripts/gpu/membw.py --json "$out/membw.json" 2>&1 | tee "$out/membw.txt"
