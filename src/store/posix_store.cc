@@ -62,6 +62,11 @@ constexpr size_t kDirectPutMin = 1ull << 20;
 class PosixObjectReader final : public ObjectReader {
  public:
   PosixObjectReader(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  // `mappings`: where Map keeps the file mapped after this reader closes,
+  // for the next reader of the same file; `st`: the open file's.
+  PosixObjectReader(int fd, std::string path, std::shared_ptr<internal::MappingCache> mappings,
+                    const struct stat& st)
+      : fd_(fd), path_(std::move(path)), mapping_(std::move(mappings), internal::IdentityOf(st)) {}
   ~PosixObjectReader() override { ::close(fd_); }
   PosixObjectReader(const PosixObjectReader&) = delete;
   PosixObjectReader& operator=(const PosixObjectReader&) = delete;
@@ -177,7 +182,11 @@ class PosixStore final : public Store {
     const std::string path = JoinPath(root_, key);
     struct stat st;
     STOKER_ASSIGN_OR_RETURN(int fd, OpenObject(path, &st));
-    return std::unique_ptr<ObjectReader>(std::make_unique<PosixObjectReader>(fd, path));
+    if (!S_ISREG(st.st_mode)) {
+      return std::unique_ptr<ObjectReader>(std::make_unique<PosixObjectReader>(fd, path));
+    }
+    return std::unique_ptr<ObjectReader>(
+        std::make_unique<PosixObjectReader>(fd, path, mappings_, st));
   }
 
   // Size and bytes from one open file: a Put replaces the object by rename,
@@ -543,6 +552,9 @@ class PosixStore final : public Store {
   const Engine engine_;
   const uint32_t io_threads_;
   const bool direct_writes_;
+  // Readers' mappings, kept across opens (read_unit "map": a shard read
+  // again next epoch is not mapped, faulted in and unmapped again).
+  const std::shared_ptr<internal::MappingCache> mappings_ = internal::MappingCache::ForMachine();
   std::mutex pool_mu_;
   std::shared_ptr<posix::IoThreadPool> pool_;  // guarded by pool_mu_; made on first use
   std::mutex sync_mu_;                         // guards the three below (DeferTarget)
