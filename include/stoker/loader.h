@@ -134,7 +134,10 @@ struct LoaderOptions {
   // local folder, the node cache; a shard whose reader still cannot map, as
   // behind a wrapper that does not pass ObjectReader::Map on, is read as
   // with "sample"); a shard file truncated behind the loader is an error
-  // naming the record, not a crash. Not chosen by "auto" yet:
+  // naming the record, not a crash. A local folder's shard files stay mapped
+  // from one epoch to the next, while the store is open (up to the machine's
+  // physical memory; they show in the process's RSS as shared file pages).
+  // Not chosen by "auto" yet:
   // it has not been measured on a many-core GPU node. Default: "auto".
   std::string read_unit = "auto";
   // Fields to deliver, by name. Default: empty = every field.

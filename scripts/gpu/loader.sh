@@ -161,9 +161,9 @@ PY
 fi
 if want units; then
   # Read units at host delivery on this machine's cores, 3 rounds taking
-  # turns: does "map" keep its 2-core lead (1.15x at 128 KiB) with 16
-  # workers, where each shard's unmap shoots down every core's TLB? And do
-  # small records read faster per sample than in whole shards, as on 2 cores?
+  # turns: does "map" keep its 2-core lead (1.79x "sample" at 128 KiB, 1.40x
+  # at 4-12 KiB, mappings kept across epochs) with 16 workers faulting pages
+  # in? And do small records read faster per sample than in whole shards?
   small=/tmp/stoker-units-small
   if [[ ! -f $small/ds/manifest.stoker ]]; then
     python3 - "$small/src" "${STOKER_UNITS_SMALL:-50000}" <<'PY'
