@@ -21,8 +21,14 @@ thread_local Frame t_frame;
 // re-raises into ours (Python's faulthandler does) ends in the default action.
 thread_local volatile sig_atomic_t t_forwarding = 0;
 
-std::mutex install_mu;
-struct sigaction previous;  // what was installed before ours (under install_mu)
+std::mutex install_mu;  // serializes installs
+// What was installed before ours. Read by the handler on any thread, so
+// published whole through an atomic pointer; each install makes a new one
+// and never frees the old (a handler may be reading it): a few hundred
+// bytes per application handler noticed, which happens rarely.
+std::atomic<const struct sigaction*> previous{nullptr};
+static_assert(std::atomic<const struct sigaction*>::is_always_lock_free,
+              "the SIGBUS handler reads it: it must be lock-free");
 std::atomic<bool> installed{false};
 
 void OnSigbus(int sig, siginfo_t* info, void* context) {
@@ -34,15 +40,17 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
   }
   // Not ours: to the handler that was there before. Once: one that
   // re-raises into ours (Python's faulthandler does) ends in the default.
-  const bool siginfo = previous.sa_flags & SA_SIGINFO;
-  const bool handler = siginfo ? previous.sa_sigaction != nullptr
-                               : previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN;
+  const struct sigaction* before = previous.load(std::memory_order_acquire);
+  const bool siginfo = before != nullptr && (before->sa_flags & SA_SIGINFO);
+  const bool handler = before != nullptr &&
+                       (siginfo ? before->sa_sigaction != nullptr
+                                : before->sa_handler != SIG_DFL && before->sa_handler != SIG_IGN);
   if (handler && !t_forwarding) {
     t_forwarding = 1;
     if (siginfo) {
-      previous.sa_sigaction(sig, info, context);
+      before->sa_sigaction(sig, info, context);
     } else {
-      previous.sa_handler(sig);
+      before->sa_handler(sig);
     }
     t_forwarding = 0;
     return;  // it dealt with the fault, or the load faults again
@@ -70,7 +78,7 @@ void EnsureMappedGuard() {
   ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
   sigemptyset(&ours.sa_mask);
   // Set `previous` before ours is live: a SIGBUS right after finds it.
-  previous = now;
+  previous.store(new struct sigaction(now), std::memory_order_release);
   sigaction(SIGBUS, &ours, nullptr);
   installed = true;
 }
