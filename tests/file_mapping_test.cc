@@ -4,11 +4,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -189,6 +191,47 @@ TEST(MappingCache, ForMachineHasRoomForADataset) {
   for (int k = 0; k < 64; ++k) MapOf(*cache, dir.path() / std::to_string(k));
   EXPECT_EQ(cache->kept_maps(), 64u);
   EXPECT_EQ(cache->evictions(), 0u);
+}
+
+// Bytes of address space the process has mapped (VmSize).
+uint64_t AddressSpaceBytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;  // kB
+  }
+  return 0;
+}
+
+// In a child process: keeps 8 files of 1 MiB mapped, lowers RLIMIT_AS to
+// less than one more, then maps a ninth; exits 0 when it got its bytes and
+// the cache dropped 4 of the 8 (half, least recently used first).
+[[noreturn]] void MapPastTheAddressSpaceLimit(const fs::path& dir) {
+  constexpr size_t kMiB = 1 << 20;
+  MappingCache cache(1ull << 40, 1000);
+  for (int k = 0; k < 8; ++k) MapOf(cache, dir / std::to_string(k));
+  const struct rlimit limit = {AddressSpaceBytes() + kMiB / 2, RLIM_INFINITY};
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(2);
+  Opened f(dir / "8");
+  auto m = cache.Get(f.fd, f.path, f.id);
+  const bool good = m.ok() && (*m)->bytes().size() == kMiB &&
+                    (*m)->bytes()[kMiB - 1] == std::byte{8} && cache.kept_maps() == 5 &&
+                    cache.evictions() == 4;
+  std::_Exit(good ? 0 : 1);
+}
+
+// When the kernel refuses a mapping (here: the address space limit reached;
+// on a node, vm.max_map_count), half of the kept mappings go and the new one
+// is made: a reader gets its bytes, not ENOMEM.
+TEST(MappingCache, AMappingRefusedForWantOfRoomDropsHalfTheKeptOnesAndSucceeds) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' shadow memory does not live within RLIMIT_AS";
+#endif
+  testing::TempDir dir;
+  constexpr size_t kMiB = 1 << 20;
+  for (int k = 0; k < 9; ++k) {
+    testing::WriteFile(dir.path() / std::to_string(k), Bytes(kMiB, uint8_t(k)));
+  }
+  EXPECT_EXIT(MapPastTheAddressSpaceLimit(dir.path()), ::testing::ExitedWithCode(0), "");
 }
 
 // Through the store's API: a reader opened for a shard read again maps the
