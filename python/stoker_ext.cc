@@ -95,7 +95,8 @@ void BindOptions(py::module_& m) {
   store.def(py::init<>())
       .def_readwrite("posix_engine", &StoreOptions::posix_engine)
       .def_readwrite("io_threads", &StoreOptions::io_threads)
-      .def_readwrite("direct_writes", &StoreOptions::direct_writes);
+      .def_readwrite("direct_writes", &StoreOptions::direct_writes)
+      .def_readwrite("keep_mapped_bytes", &StoreOptions::keep_mapped_bytes);
   SecondsProperty(store, "op_timeout_s", &StoreOptions::op_timeout);
   py::class_<LoaderState>(m, "_LoaderState")
       .def(py::init<>())

@@ -265,5 +265,24 @@ TEST(PosixStoreMappings, ReadersOfTheSameObjectShareOneMappingUntilItIsReplaced)
   EXPECT_EQ((*m)[29999], std::byte{6});
 }
 
+// StoreOptions::keep_mapped_bytes below an object's size: each reader maps
+// it for itself (two readers open at once see two mappings).
+TEST(PosixStoreMappings, ALimitBelowAnObjectKeepsNoneOfIt) {
+  testing::TempDir dir;
+  StoreOptions o;
+  o.keep_mapped_bytes = 1000;
+  auto store = OpenStore(dir.path().string(), o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->Put("k", Bytes(20000, 5)).ok());
+  auto one = (*store)->OpenReader("k");
+  auto two = (*store)->OpenReader("k");
+  ASSERT_TRUE(one.ok() && two.ok());
+  auto a = (*one)->Map();
+  auto b = (*two)->Map();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->data(), b->data());
+  EXPECT_EQ((*b)[19999], std::byte{5});
+}
+
 }  // namespace
 }  // namespace stoker

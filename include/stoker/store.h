@@ -343,6 +343,15 @@ struct StoreOptions {
   // per-thread 8 MiB bounce buffer; a filesystem without O_DIRECT gets
   // buffered writes. Default: off (CheckpointerOptions turns it on).
   bool direct_writes = false;
+  // POSIX backend: bytes of object files kept mapped from one reader to the
+  // next (ObjectReader::Map, the loader's read_unit "map"), so that a shard
+  // read again next epoch is not mapped, faulted in and unmapped again.
+  // Kept pages count in the process's RSS as shared file pages; an
+  // accounting that sums RSS over ranks (Slurm's jobacct_gather/linux) sees
+  // them once per process. A limit smaller than a shard keeps none. At most
+  // a quarter of vm.max_map_count mappings are kept, whatever the limit.
+  // Default: 0 = the machine's physical memory.
+  uint64_t keep_mapped_bytes = 0;
 };
 
 // Opens the store named by `uri`:

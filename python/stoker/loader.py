@@ -260,13 +260,14 @@ def _decode_options(decode):
     return field, height, width, o
 
 
-_STORE_OPTIONS = ("posix_engine", "io_threads", "op_timeout")
+_STORE_OPTIONS = ("posix_engine", "io_threads", "op_timeout", "keep_mapped_bytes")
 _POSIX_ENGINES = ("auto", "io_uring", "threads")
 
 
 def _store_options(store, o):
     """Sets _stoker._StoreOptions `o` from store=None | {"posix_engine": ...,
-    "io_threads": N, "op_timeout": seconds}; what is not given keeps C++'s default."""
+    "io_threads": N, "op_timeout": seconds, "keep_mapped_bytes": N}; what is
+    not given keeps C++'s default."""
     store = {} if store is None else store
     if not isinstance(store, collections.abc.Mapping):
         raise TypeError(f"store must be a dict of store options, not {type(store).__name__}")
@@ -280,6 +281,8 @@ def _store_options(store, o):
     o.io_threads = _int("store option io_threads", store.get("io_threads", o.io_threads), 0, 4096)
     o.op_timeout_s = _seconds("store option op_timeout", store.get("op_timeout", o.op_timeout_s),
                               allow_zero=True)
+    o.keep_mapped_bytes = _int("store option keep_mapped_bytes",
+                               store.get("keep_mapped_bytes", o.keep_mapped_bytes), 0, _U64)
 
 
 # ---- batches ----------------------------------------------------------------
@@ -424,7 +427,10 @@ class Loader:
       device_memory_budget: bytes of GPU memory for batches, held ones
         included; 0 = room for prefetch + 4 batches.
       store: store options: {"posix_engine": "auto"|"io_uring"|"threads",
-        "io_threads": N, "op_timeout": seconds}.
+        "io_threads": N, "op_timeout": seconds, "keep_mapped_bytes": N (with
+        read_unit "map": bytes of shard files kept mapped between epochs;
+        0, the default, is the machine's memory; less than a shard keeps
+        none)}.
 
     Raises ValueError (stoker.InvalidArgumentError for what C++ checks) for
     bad options, stoker.NotFoundError (a FileNotFoundError) when there is no

@@ -50,10 +50,11 @@ FileMap::~FileMap() {
   if (data_ != nullptr) munmap(const_cast<std::byte*>(data_), size_);
 }
 
-std::shared_ptr<MappingCache> MappingCache::ForMachine() {
+std::shared_ptr<MappingCache> MappingCache::ForMachine(uint64_t max_bytes) {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const uint64_t memory =
-      pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : uint64_t{16} << 30;
+  const uint64_t memory = max_bytes > 0           ? max_bytes
+                          : pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page)
+                                                  : uint64_t{16} << 30;
   uint64_t max_map_count = 65530;  // the kernel's default
   std::ifstream f("/proc/sys/vm/max_map_count");
   if (uint64_t v; f >> v && v > 0) max_map_count = v;

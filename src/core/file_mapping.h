@@ -67,11 +67,11 @@ class MappingCache {
  public:
   MappingCache(uint64_t max_bytes, size_t max_maps) : max_bytes_(max_bytes), max_maps_(max_maps) {}
 
-  // Limits from the machine: its physical memory (more than the page cache
-  // can hold would fault again anyway), and a quarter of vm.max_map_count
-  // (every mapping is one of the process's memory areas, which are shared
-  // with malloc, the libraries and CUDA).
-  static std::shared_ptr<MappingCache> ForMachine();
+  // Limits from the machine: `max_bytes`, or when 0 its physical memory
+  // (more than the page cache can hold would fault again anyway), and a
+  // quarter of vm.max_map_count (every mapping is one of the process's
+  // memory areas, which are shared with malloc, the libraries and CUDA).
+  static std::shared_ptr<MappingCache> ForMachine(uint64_t max_bytes = 0);
 
   // The mapping of `fd`, opened from `path`, whose identity is `id`: the
   // kept one when the file is the same, else a new one, then kept. When the

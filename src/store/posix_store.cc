@@ -145,12 +145,13 @@ Result<int> OpenObject(const std::string& path, struct stat* st) {
 class PosixStore final : public Store {
  public:
   PosixStore(std::string root, std::string uri, Engine engine, uint32_t io_threads,
-             bool direct_writes)
+             bool direct_writes, uint64_t keep_mapped_bytes)
       : root_(std::move(root)),
         uri_(std::move(uri)),
         engine_(engine),
         io_threads_(io_threads),
-        direct_writes_(direct_writes) {}
+        direct_writes_(direct_writes),
+        mappings_(internal::MappingCache::ForMachine(keep_mapped_bytes)) {}
   ~PosixStore() override {
     if (sync_fd_ >= 0) ::close(sync_fd_);
   }
@@ -554,7 +555,7 @@ class PosixStore final : public Store {
   const bool direct_writes_;
   // Readers' mappings, kept across opens (read_unit "map": a shard read
   // again next epoch is not mapped, faulted in and unmapped again).
-  const std::shared_ptr<internal::MappingCache> mappings_ = internal::MappingCache::ForMachine();
+  const std::shared_ptr<internal::MappingCache> mappings_;
   std::mutex pool_mu_;
   std::shared_ptr<posix::IoThreadPool> pool_;  // guarded by pool_mu_; made on first use
   std::mutex sync_mu_;                         // guards the three below (DeferTarget)
@@ -611,7 +612,8 @@ Result<std::shared_ptr<Store>> NewPosixStoreForUri(std::string root, std::string
   uint32_t threads = options.io_threads;
   if (threads == 0) threads = std::max(4u, 2 * std::thread::hardware_concurrency());
   return std::shared_ptr<Store>(std::make_shared<PosixStore>(std::move(abs), std::move(uri), engine,
-                                                             threads, options.direct_writes));
+                                                             threads, options.direct_writes,
+                                                             options.keep_mapped_bytes));
 }
 
 }  // namespace store_internal

@@ -155,6 +155,8 @@ def test_corrupt_manifest(dataset):
     (dict(seed=-1), ValueError, "seed must be at least 0"),
     (dict(store={"engine": "x"}), ValueError, "unknown store option 'engine'"),
     (dict(store={"posix_engine": "aio"}), ValueError, "posix_engine must be one of"),
+    (dict(store={"keep_mapped_bytes": -1}), ValueError, "keep_mapped_bytes must be at least 0"),
+    (dict(store={"keep_mapped_bytes": 1.5}), TypeError, "keep_mapped_bytes must be an int"),
     (dict(memory_budget=64 << 10), ValueError, "memory_budget 0 MiB is too small"),
     (dict(unknown_option=1), TypeError, "unknown_option"),
 ])

@@ -50,6 +50,16 @@ def test_read_units_deliver_the_same_batches(dataset):
             runs[unit].append((batch["sample_ids"].tolist(), batch["label"].tolist(),
                                batch["image"].data.tobytes()))
     assert runs["shard"] == runs["sample"] == runs["map"]
+    # Mapped reads keeping no mapping between epochs: the same batches, twice.
+    loader = stoker.Loader(uri, batch_size=16, rank=0, world_size=1, seed=3, read_unit="map",
+                           store={"keep_mapped_bytes": 1})
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        got = [(b["sample_ids"].tolist(), b["label"].tolist(), b["image"].data.tobytes())
+               for b in loader]
+        if epoch == 0:
+            assert got == runs["map"]
+        assert sorted(i for ids, _, _ in got for i in ids) == list(range(len(src)))
     # Small samples: auto keeps whole-shard reads.
     assert stoker.Loader(uri, 16, rank=0, world_size=1).read_unit == "shard"
     with pytest.raises(ValueError, match="read_unit must be"):
