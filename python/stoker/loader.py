@@ -419,8 +419,9 @@ class Loader:
         memory: each record is checked where it lies in the page cache and
         copied once into the batch (local folders and the node cache only;
         a local folder's shard files stay mapped from epoch to epoch, and
-        show in the process's RSS; not chosen by "auto" yet). "auto" picks "sample" for records of
-        64 KiB or more on a local disk or tmpfs, "shard" otherwise;
+        show in the process's RSS; not chosen by "auto" yet). "auto" picks
+        "sample" for records of 64 KiB or more on a local disk or tmpfs,
+        "shard" otherwise;
         ``loader.read_unit`` says which is in use.
       device: None (host memory) or "cuda:N" (batches delivered on GPU N; needs
         a CUDA build of stoker; format "torch" or "dlpack").

@@ -75,7 +75,8 @@ class MappingCache {
 
   // The mapping of `fd`, opened from `path`, whose identity is `id`: the
   // kept one when the file is the same, else a new one, then kept. When the
-  // kernel refuses a new mapping (ENOMEM: too many mappings), half of the
+  // kernel refuses a new mapping (ENOMEM: too many mappings, or no
+  // address space left), half of the
   // kept ones are dropped and it is tried once more. A file larger than
   // `max_bytes` is mapped for its reader only.
   Result<std::shared_ptr<const FileMap>> Get(int fd, const std::string& path,
