@@ -161,7 +161,7 @@ PY
 fi
 if want units; then
   # Read units at host delivery on this machine's cores, 3 rounds taking
-  # turns: does "map" keep its 2-core lead (1.79x "sample" at 128 KiB, 1.40x
+  # turns: does "map" keep its 2-core lead (1.80x "sample" at 128 KiB, 1.43x
   # at 4-12 KiB, mappings kept across epochs) with 16 workers faulting pages
   # in? And do small records read faster per sample than in whole shards?
   small=/tmp/stoker-units-small
