@@ -105,6 +105,8 @@ TEST(CliTest, BenchLoaderReportsTheFiguresAsJson) {
   EXPECT_GT(j["samples_per_s"].get<double>(), 0);
   EXPECT_GE(j["cpu_seconds_per_gb"].get<double>(), 0);
   EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+  EXPECT_LE(j["kernel_cpu_seconds"].get<double>(), j["cpu_seconds"].get<double>());
+  EXPECT_GT(j["page_faults"].get<uint64_t>(), 0u);  // batch memory, touched first
   auto limited = Stoker("bench loader --json --samples 16 --batch-size 8 " + ds);
   ASSERT_EQ(limited.code, 0) << limited.out;
   EXPECT_EQ(nlohmann::json::parse(limited.out)["samples"], 16);

@@ -208,10 +208,13 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "units-*.json"))):
     except ValueError:
         continue
     runs.setdefault((name, unit), []).append(
-        (st.median(d["epoch_samples_per_s"][1:]), d["cpu_seconds_per_gb"]))
+        (st.median(d["epoch_samples_per_s"][1:]), d["cpu_seconds_per_gb"],
+         d.get("kernel_cpu_seconds", 0) / max(d["cpu_seconds"], 1e-9), d.get("page_faults", 0)))
 for (name, unit), v in sorted(runs.items()):
     print(f"{name:28} {unit:7} samples/s {st.median(x[0] for x in v):>12,.0f}  "
-          f"CPU s/GB (all 3 epochs) {st.median(x[1] for x in v):.3f}  ({len(v)} runs)")
+          f"CPU s/GB (all 3 epochs) {st.median(x[1] for x in v):.3f}  "
+          f"kernel {st.median(x[2] for x in v):.0%}  "
+          f"page faults {st.median(x[3] for x in v):,.0f}  ({len(v)} runs)")
 PY
 fi
 

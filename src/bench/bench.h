@@ -29,6 +29,8 @@ namespace stoker {
 // CPU time (user + system) of this process, and its resident set size.
 struct ProcessUsage {
   double cpu_seconds = 0;
+  double kernel_cpu_seconds = 0;  // of cpu_seconds, in the kernel
+  uint64_t page_faults = 0;       // minor and major
   uint64_t rss_bytes = 0;
   uint64_t peak_rss_bytes = 0;  // VmHWM: since start or the last ResetPeakRss
 };
@@ -98,6 +100,8 @@ struct LoaderRun {
   double seconds = 0;
   double first_batch_seconds = 0;
   double cpu_seconds = 0;
+  double kernel_cpu_seconds = 0;  // of cpu_seconds: system calls, page faults
+  uint64_t page_faults = 0;
   uint64_t peak_rss_bytes = 0;
   double samples_per_second() const { return seconds > 0 ? samples / seconds : 0; }
   double mb_per_second() const { return seconds > 0 ? bytes_read / seconds / 1e6 : 0; }

@@ -16,8 +16,9 @@ ProcessUsage GetProcessUsage() {
   ProcessUsage u;
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) == 0) {
-    u.cpu_seconds = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
-                    ru.ru_stime.tv_usec / 1e6;
+    u.kernel_cpu_seconds = ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    u.cpu_seconds = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + u.kernel_cpu_seconds;
+    u.page_faults = uint64_t(ru.ru_minflt) + uint64_t(ru.ru_majflt);
   }
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -60,6 +61,8 @@ Result<LoaderRun> MeasureLoader(const std::function<Result<Batch>()>& next, uint
   run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const ProcessUsage after = GetProcessUsage();
   run.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
+  run.kernel_cpu_seconds = after.kernel_cpu_seconds - before.kernel_cpu_seconds;
+  run.page_faults = after.page_faults - before.page_faults;
   run.peak_rss_bytes = after.peak_rss_bytes;
   run.bytes_read = bytes_read() - read_before;
   return run;

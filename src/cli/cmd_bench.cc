@@ -25,6 +25,8 @@ int Report(const std::string& what, const LoaderRun& run, const LoaderOptions& o
   j["samples_per_s"] = run.samples_per_second();
   j["cpu_seconds"] = run.cpu_seconds;
   j["cpu_seconds_per_gb"] = run.cpu_seconds_per_gb();
+  j["kernel_cpu_seconds"] = run.kernel_cpu_seconds;
+  j["page_faults"] = run.page_faults;
   j["peak_rss_bytes"] = run.peak_rss_bytes;
   j["memory_budget_bytes"] = o.memory_budget;
   if (json) {
@@ -36,9 +38,13 @@ int Report(const std::string& what, const LoaderRun& run, const LoaderOptions& o
               HumanBytes(double(run.bytes_read)).c_str(), run.seconds);
   std::printf("  %.0f MB/s, %.0f samples/s, first batch after %.3f s\n", run.mb_per_second(),
               run.samples_per_second(), run.first_batch_seconds);
-  std::printf("  %.3f CPU s per GB read, peak RSS %s (budget %s)\n", run.cpu_seconds_per_gb(),
-              HumanBytes(double(run.peak_rss_bytes)).c_str(),
-              o.memory_budget ? HumanBytes(double(o.memory_budget)).c_str() : "automatic");
+  std::printf(
+      "  %.3f CPU s per GB read (%.0f%% in the kernel, %lu page faults), peak RSS %s "
+      "(budget %s)\n",
+      run.cpu_seconds_per_gb(),
+      run.cpu_seconds > 0 ? 100 * run.kernel_cpu_seconds / run.cpu_seconds : 0.0,
+      (unsigned long)run.page_faults, HumanBytes(double(run.peak_rss_bytes)).c_str(),
+      o.memory_budget ? HumanBytes(double(o.memory_budget)).c_str() : "automatic");
   if (j.contains("epoch_samples_per_s") && j["epoch_samples_per_s"].size() > 1) {
     std::printf("  per epoch:");
     for (const auto& v : j["epoch_samples_per_s"]) std::printf(" %.0f", v.get<double>());
