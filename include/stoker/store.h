@@ -348,7 +348,8 @@ struct StoreOptions {
   // read again next epoch is not mapped, faulted in and unmapped again.
   // Kept pages count in the process's RSS as shared file pages; an
   // accounting that sums RSS over ranks (Slurm's jobacct_gather/linux) sees
-  // them once per process. A limit smaller than a shard keeps none. At most
+  // them once per process. Page tables take 2 MiB per GiB kept and resident,
+  // per process. A limit smaller than a shard keeps none. At most
   // a quarter of vm.max_map_count mappings are kept, whatever the limit.
   // Default: 0 = the machine's physical memory.
   uint64_t keep_mapped_bytes = 0;
