@@ -114,6 +114,15 @@ TEST(CliTest, BenchLoaderReportsTheFiguresAsJson) {
   auto epochs = Stoker("bench loader --json --epochs 3 --batch-size 8 " + ds);
   ASSERT_EQ(epochs.code, 0) << epochs.out;
   EXPECT_EQ(nlohmann::json::parse(epochs.out)["samples"], 180);
+  // Mapped reads, each shard mapped anew every epoch; a negative limit is refused.
+  auto unkept = Stoker(
+      "bench loader --json --epochs 3 --batch-size 8 --read-unit map "
+      "--keep-mapped-mib 0.001 " +
+      ds);
+  ASSERT_EQ(unkept.code, 0) << unkept.out;
+  EXPECT_EQ(nlohmann::json::parse(unkept.out)["bytes_delivered"],
+            nlohmann::json::parse(epochs.out)["bytes_delivered"]);
+  EXPECT_NE(Stoker("bench loader --keep-mapped-mib -1 " + ds).code, 0);
   auto files =
       Stoker("bench files --json --epochs 3 --batch-size 8 " + (d.path() / "src").string());
   ASSERT_EQ(files.code, 0) << files.out;

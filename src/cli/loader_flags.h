@@ -1,6 +1,7 @@
 // Loader options as command-line flags, shared by `bench loader` and `demo`.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -16,6 +17,7 @@ struct LoaderFlags {
   bool decode = false;
   bool no_shuffle = false;
   double cache_gib = 0;
+  double keep_mapped_mib = 0;  // 0: the machine's memory (StoreOptions::keep_mapped_bytes)
   // Augmentation (any of these implies --decode); empty: the default.
   std::string crop, scale, ratio, normalize, dtype, layout;
   float flip = 0;
@@ -43,6 +45,11 @@ struct LoaderFlags {
                     "auto, shard (read shards whole), sample (read each record into the batch) "
                     "or map (check each record in the mapped shard file, copy it into the batch)")
         ->capture_default_str();
+    cmd->add_option("--keep-mapped-mib", keep_mapped_mib,
+                    "--read-unit map: shard files kept mapped from epoch to epoch (0 = up to the "
+                    "machine's memory; less than a shard keeps none)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--decode", decode, "Decode the 'image' field as JPEG and resize");
     cmd->add_option("--decode-size", decode_size, "HxW of decoded images")->capture_default_str();
     cmd->add_option("--cache", options.cache_dir,
@@ -77,6 +84,9 @@ struct LoaderFlags {
     options.memory_budget = static_cast<uint64_t>(budget_mib * (1 << 20));
     options.shuffle = !no_shuffle;
     options.cache_bytes = static_cast<uint64_t>(cache_gib * (1ull << 30));
+    // A fraction of a MiB that rounds to 0 bytes still asks to keep none.
+    options.store.keep_mapped_bytes =
+        keep_mapped_mib > 0 ? std::max<uint64_t>(1, uint64_t(keep_mapped_mib * (1 << 20))) : 0;
     const bool augment = !crop.empty() || !scale.empty() || !ratio.empty() || !normalize.empty() ||
                          !dtype.empty() || !layout.empty() || flip != 0 || skip_corrupt;
     if (decode || augment) {
