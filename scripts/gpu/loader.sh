@@ -29,8 +29,10 @@
 #        kernel's copy and memcpy read each line in before writing it on
 #        this CPU (streaming stores do not)?
 #     4c. (units) stoker bench loader, host delivery, --read-unit shard,
-#        sample and map taking turns over 3 rounds, on 50,000 raw records
-#        of 4-12 KiB and on step 4's 128 KiB set (JSON: units-*.json)
+#        sample, map and map with each shard mapped anew at every use
+#        (--keep-mapped-mib 1) taking turns over 3 rounds, on 50,000 raw
+#        records of 4-12 KiB and on step 4's 128 KiB set, with page faults
+#        and the kernel's share of the CPU (JSON: units-*.json)
 #     5. (membw) scripts/gpu/membw.py: host memory copies with and without
 #        an H2D copy running beside them (does the DMA take the workers'
 #        memory bandwidth?)
