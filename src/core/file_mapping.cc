@@ -79,10 +79,7 @@ Result<std::shared_ptr<const FileMap>> MappingCache::Get(int fd, const std::stri
   auto map = FileMap::Make(fd, id.size, path, &error);
   if (!map.ok() && error == ENOMEM && !kept_.empty()) {
     const size_t keep = kept_.size() / 2;
-    while (kept_.size() > keep) {
-      DropLocked(kept_.find(lru_.front()));
-      evictions_++;
-    }
+    while (kept_.size() > keep) EvictOldestLocked();
     map = FileMap::Make(fd, id.size, path);
   }
   if (!map.ok()) return map.status();
@@ -101,9 +98,13 @@ void MappingCache::DropLocked(std::unordered_map<std::string, Entry>::iterator i
 // Makes room for `bytes` more in `maps` more mappings.
 void MappingCache::EvictLocked(uint64_t bytes, size_t maps) {
   while (!lru_.empty() && (kept_bytes_ + bytes > max_bytes_ || kept_.size() + maps > max_maps_)) {
-    DropLocked(kept_.find(lru_.front()));
-    evictions_++;
+    EvictOldestLocked();
   }
+}
+
+void MappingCache::EvictOldestLocked() {
+  DropLocked(kept_.find(lru_.front()));
+  evictions_++;
 }
 
 uint64_t MappingCache::kept_bytes() const {

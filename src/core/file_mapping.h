@@ -95,6 +95,7 @@ class MappingCache {
   };
   void DropLocked(std::unordered_map<std::string, Entry>::iterator it);
   void EvictLocked(uint64_t bytes, size_t maps);
+  void EvictOldestLocked();  // the least recently used; lru_ not empty
 
   const uint64_t max_bytes_;
   const size_t max_maps_;
