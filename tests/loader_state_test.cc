@@ -9,6 +9,7 @@
 
 #include "stoker/loader.h"
 #include "stoker/pack.h"
+#include "stoker/plan.h"
 #include "testutil.h"
 
 namespace stoker {
@@ -61,6 +62,29 @@ TEST(LoaderStateTest, TheSameIdentityResumesAnotherIsRefused) {
   LoaderState newer = s;
   newer.version = kLoaderStateVersion + 1;
   EXPECT_EQ(CheckResumeState(newer, m, o).code(), Code::kUnsupported);
+}
+
+// A state saved under epoch order version 1 (state version 1): refused
+// mid-epoch when shuffled, naming both order versions; fine where the two
+// orders agree (position 0, or no shuffle).
+TEST(LoaderStateTest, AStateOfTheOldOrderIsRefusedMidEpoch) {
+  const format::Manifest m = SomeManifest(7);
+  LoaderOptions o;
+  LoaderState old = IdentifiedState(3, 40, m, o);
+  old.version = 1;
+  Status st = CheckResumeState(old, m, o);
+  EXPECT_EQ(st.code(), Code::kUnsupported) << st.ToString();
+  EXPECT_NE(st.message().find("order version 1"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("order version " + std::to_string(kPlanOrderVersion)),
+            std::string::npos)
+      << st.ToString();
+  old.position = 0;
+  EXPECT_TRUE(CheckResumeState(old, m, o).ok());
+  LoaderOptions unshuffled = o;
+  unshuffled.shuffle = false;
+  LoaderState plain = IdentifiedState(3, 40, m, unshuffled);
+  plain.version = 1;
+  EXPECT_TRUE(CheckResumeState(plain, m, unshuffled).ok());
 }
 
 TEST(LoaderStateTest, OpenRefusesAStateOfAnotherDataset) {

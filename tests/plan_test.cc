@@ -88,6 +88,60 @@ TEST(RngTest, PermuteIsAPermutation) {
   EXPECT_LT(fixed, 10);  // a shuffle, not the identity
 }
 
+TEST(PermutationTest, IsABijectionForEverySize) {
+  for (uint64_t n = 0; n <= 300; ++n) {
+    Permutation p(n, MixSeed({n, 42}));
+    std::vector<bool> hit(n, false);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t v = p(i);
+      ASSERT_LT(v, n) << "n " << n << " i " << i;
+      ASSERT_FALSE(hit[v]) << "n " << n << ": " << v << " twice";
+      hit[v] = true;
+    }
+  }
+}
+
+TEST(PermutationTest, KeyedAndNotTheIdentity) {
+  const uint64_t n = 1000;
+  Permutation a(n, 1), b(n, 2), again(n, 1);
+  int fixed = 0, same = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(a(i), again(i));
+    fixed += a(i) == i;
+    same += a(i) == b(i);
+  }
+  EXPECT_LT(fixed, 10);
+  EXPECT_LT(same, 10);
+}
+
+TEST(PermutationTest, LargeSizesStayInRange) {
+  // A window of 10^9 samples (a billion-sample dataset in one window).
+  for (uint64_t n : {uint64_t{1} << 32, uint64_t{1000000007}, uint64_t{3}}) {
+    Permutation p(n, 9);
+    std::set<uint64_t> seen;
+    for (uint64_t i = 0; i < 2000 && i < n; ++i) {
+      ASSERT_LT(p(i), n);
+      seen.insert(p(i));
+    }
+    EXPECT_EQ(seen.size(), std::min<uint64_t>(n, 2000));
+  }
+}
+
+TEST(PlanTest, GoldenOrder) {
+  // Pins order version 2 (kPlanOrderVersion) for the global shuffle: a change
+  // here changes every run's order and must bump the version.
+  auto p = EpochPlan::Make(11, Shards({3, 2, 4, 1, 3, 2}), Opts(1, 0, 1, false), 1);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::vector<uint64_t> got;
+  for (uint64_t j = 0; j < p->rank_samples(); ++j) got.push_back(p->RankSample(j));
+  const std::vector<uint64_t> want = {11, 10, 12, 4, 14, 13, 3, 2, 5, 6, 8, 1, 0, 7, 9};
+  EXPECT_EQ(got, want);
+  Permutation q(10, 12345);
+  std::vector<uint64_t> perm;
+  for (uint64_t i = 0; i < 10; ++i) perm.push_back(q(i));
+  EXPECT_EQ(perm, (std::vector<uint64_t>{9, 4, 7, 1, 8, 6, 2, 0, 5, 3}));
+}
+
 TEST(PlanTest, GlobalOrderIsAPermutation) {
   auto shards = UnevenShards(20, 1);
   auto p = EpochPlan::Make(99, shards, Opts(4, 0, 1, false), 0);
@@ -319,8 +373,9 @@ TEST(PlanAffinityTest, GoldenOrder) {
     for (uint64_t j = 0; j < p->rank_samples(); ++j) got.push_back(p->RankSample(j));
     got.push_back(999);
   }
-  const std::vector<uint64_t> want = {2,  1, 14, 0, 999, 3, 4,  13, 2,  999,
-                                      10, 9, 8,  7, 999, 5, 12, 6,  11, 999};
+  // Order version 2 (kPlanOrderVersion): windows permuted by Permutation.
+  const std::vector<uint64_t> want = {0, 1,  14, 4, 999, 2, 3,  13, 0,  999,
+                                      9, 10, 5,  8, 999, 7, 12, 6,  11, 999};
   EXPECT_EQ(got, want);
 }
 
@@ -338,6 +393,57 @@ TEST(PlanAffinityTest, ResumeEqualsUninterruptedOnTheSameWorld) {
         const auto tail = RankSamples(*rest);
         ASSERT_EQ(tail.size(), all.size() - std::min<size_t>(all.size(), k * 4));
         EXPECT_TRUE(std::equal(tail.begin(), tail.end(), all.end() - tail.size()));
+      }
+    }
+  }
+}
+
+// ForRank shares the order and gives what Make gives for that rank; every
+// step lies in exactly one visit, whose slots hold the step's shard.
+TEST(PlanTest, ForRankAndVisitsAgreeWithRankSamples) {
+  const auto shards = UnevenShards(23, 5);
+  for (bool affine : {false, true}) {
+    for (bool drop_last : {false, true}) {
+      for (uint64_t start : {uint64_t{0}, uint64_t{8}, uint64_t{96}}) {
+        PlanOptions o = affine ? Affine(0, 4, 2, drop_last) : Opts(3, 0, 4, drop_last);
+        if (affine && start % (4 * o.batch_size) != 0) continue;
+        auto base = EpochPlan::Make(21, shards, o, 3, start);
+        ASSERT_TRUE(base.ok()) << base.status().ToString();
+        for (uint32_t r = 0; r < 4; ++r) {
+          SCOPED_TRACE("affine " + std::to_string(affine) + " drop_last " +
+                       std::to_string(drop_last) + " start " + std::to_string(start) +
+                       " rank " + std::to_string(r));
+          o.rank = r;
+          auto made = EpochPlan::Make(21, shards, o, 3, start);
+          auto shared = base->ForRank(r);
+          ASSERT_TRUE(made.ok() && shared.ok());
+          EXPECT_EQ(shared->rank(), r);
+          ASSERT_EQ(shared->rank_samples(), made->rank_samples());
+          EXPECT_EQ(shared->num_batches(), made->num_batches());
+          EXPECT_EQ(RankSamples(*shared), RankSamples(*made));
+          const auto visits = shared->RankVisits();
+          uint64_t next_step = 0;
+          for (const RankVisit& v : visits) {
+            ASSERT_EQ(v.first_step, next_step);
+            ASSERT_LE(v.first_step, v.last_step);
+            ASSERT_LT(v.first_slot, v.end_slot);
+            ASSERT_LE(v.end_slot, shared->num_slots());
+            for (uint64_t j = v.first_step; j <= v.last_step; ++j) {
+              uint32_t slot = 0;
+              const uint64_t id = shared->RankSampleSlot(j, &slot);
+              ASSERT_EQ(id, shared->RankSample(j));
+              ASSERT_GE(slot, v.first_slot) << "step " << j;
+              ASSERT_LT(slot, v.end_slot) << "step " << j;
+              const uint32_t shard = shared->ShardAtSlot(slot);
+              uint64_t first = 0;
+              for (uint32_t s = 0; s < shard; ++s) first += shards[s];
+              ASSERT_GE(id, first);
+              ASSERT_LT(id, first + shards[shard]);
+            }
+            next_step = v.last_step + 1;
+          }
+          EXPECT_EQ(next_step, shared->rank_samples());
+        }
       }
     }
   }

@@ -48,11 +48,14 @@ namespace stoker {
 
 // Where an epoch stands: enough to resume it, on any machine and (the
 // position being global) on any world size.
-// Where a loader stands, and (version 1) what it was reading, so that a
-// resume on another dataset or with another order is refused instead of
-// silently selecting other samples. A state of version 0 is a bare position
-// (a caller that built one by hand): only its bounds are checked.
-inline constexpr uint32_t kLoaderStateVersion = 1;
+// Where a loader stands, and what it was reading, so that a resume on another
+// dataset or with another order is refused instead of silently selecting
+// other samples. A state of version 0 is a bare position (a caller that built
+// one by hand): only its bounds are checked. Version 1 was saved under epoch
+// order version 1 (plan.h, kPlanOrderVersion), version 2 under order version
+// 2: a shuffled version-1 state mid-epoch is refused (its remaining samples
+// would differ); at position 0, or unshuffled, the orders agree.
+inline constexpr uint32_t kLoaderStateVersion = 2;
 struct LoaderState {
   // A bare position (version 0); IdentifiedState sets the identity.
   LoaderState(uint64_t e = 0, uint64_t p = 0) : epoch(e), position(p) {}  // NOLINT: {e, p}

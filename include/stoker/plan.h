@@ -6,11 +6,21 @@
 // std::shuffle or std::uniform_int_distribution, whose output differs between
 // standard libraries).
 //
-// The order is global: it is fixed by (dataset, seed, epoch) alone.
-//   1. The shards are permuted.
+// The order is global: it is fixed by (dataset, seed, epoch) alone, and its
+// memory is that of the shards, not of the samples (order version 2,
+// kPlanOrderVersion; docs/architecture.md "The epoch order"):
+//   1. The shards are permuted (Fisher-Yates with Rng, one draw per shard).
 //   2. Consecutive groups of `shuffle_window_shards` shards (in that order)
-//      form windows; the samples of a window are permuted together. The
-//      concatenated windows are the epoch's global order: positions 0..N-1.
+//      form windows. The concatenated windows are the epoch's global order:
+//      positions 0..N-1, window w covering its shards' sample count.
+//   3. Within a window of M samples, offset i holds the window's sample
+//      Permutation(M, key)(i): a keyed Feistel bijection on [0, M) (six
+//      rounds over the smallest even number of bits that covers M, cycle
+//      walking back into range), the key MixSeed(dataset, seed, epoch,
+//      window). A window's i-th sample is the sample at offset i of its
+//      shards' samples in window order.
+// Nothing per sample is stored: SampleAtPosition and RankSample are a binary
+// search over the shards and a few rounds of mixing, O(log shards) per call.
 // Ranks take their share of it, strided: rank r's j-th sample is at global
 // position start + j * world_size + r. A position counts global samples
 // consumed, so a resume state (epoch, position) means the same thing for any
@@ -45,6 +55,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -78,6 +89,29 @@ void Permute(std::span<T> items, Rng& rng) {
   }
 }
 
+// The order's version: 1 materialised every sample's position (stoker up to
+// the eighth session of 2026-12-05); 2 permutes within a window on demand
+// (above). A resume position only means the same samples under one version.
+inline constexpr uint32_t kPlanOrderVersion = 2;
+
+// A keyed bijection of [0, n): a Feistel network over 2h bits (h = half the
+// bits of n - 1, rounded up), cycle-walked into range (under 4 rounds of the
+// network on average, as 2^2h < 4n). O(1) memory; pure function of (n, key).
+class Permutation {
+ public:
+  Permutation(uint64_t n, uint64_t key);
+  uint64_t operator()(uint64_t i) const;
+  uint64_t size() const { return n_; }
+
+ private:
+  static constexpr int kRounds = 6;
+  uint64_t Encrypt(uint64_t x) const;
+  uint64_t n_ = 0;
+  uint32_t half_bits_ = 0;
+  uint64_t mask_ = 0;
+  uint64_t keys_[kRounds] = {};
+};
+
 struct PlanOptions {
   uint64_t seed = 0;
   // Default: on. Off gives the packed order (shards in order, samples in order).
@@ -97,27 +131,50 @@ struct PlanOptions {
   uint32_t ranks_per_node = 0;
 };
 
+// One stretch of this rank's share that reads one window: its steps (indices
+// into the rank's share) and the window's shards, as slots (indices into
+// EpochPlan::ShardAtSlot). A rank visits windows in order; padding that wraps
+// around visits the first windows again. Every step of the share lies in
+// exactly one visit, and visits are in order of step.
+struct RankVisit {
+  uint64_t first_step = 0;
+  uint64_t last_step = 0;  // inclusive
+  uint32_t first_slot = 0;
+  uint32_t end_slot = 0;
+};
+
 class EpochPlan {
  public:
   // `shard_samples[i]` is the sample count of shard i (global sample ids are
   // assigned in shard order). `start_position` resumes mid-epoch: the global
-  // position of the first sample not yet consumed (0..N).
+  // position of the first sample not yet consumed (0..N). Costs O(shards)
+  // time and memory (O(shards log shards) with node affinity).
   static Result<EpochPlan> Make(uint64_t dataset_id, std::span<const uint32_t> shard_samples,
                                 const PlanOptions& options, uint64_t epoch,
                                 uint64_t start_position = 0);
 
+  // The same epoch for another rank of the same world: shares the order
+  // (O(1) memory), so a node's ranks cost one order, not one each.
+  Result<EpochPlan> ForRank(uint32_t rank) const;
+
   uint64_t epoch() const { return epoch_; }
-  uint64_t dataset_samples() const { return order_.size(); }
+  uint64_t dataset_samples() const;
   uint64_t start_position() const { return start_; }
+  uint32_t rank() const { return rank_; }
 
   // The global order: the sample id at global position p (p < N).
-  uint64_t SampleAtPosition(uint64_t p) const { return order_[p]; }
+  // O(log shards).
+  uint64_t SampleAtPosition(uint64_t p) const;
 
   // This rank's share, from the start position on.
   uint64_t rank_samples() const { return rank_samples_; }
   uint64_t num_batches() const { return num_batches_; }
-  // The j-th sample of this rank (j < rank_samples()).
+  uint64_t batch_size() const { return batch_; }
+  // The j-th sample of this rank (j < rank_samples()). O(log shards).
   uint64_t RankSample(uint64_t j) const;
+  // Where the j-th sample of this rank lies: its id, and the slot of its
+  // shard (ShardAtSlot(slot) is its shard). O(log shards).
+  uint64_t RankSampleSlot(uint64_t j, uint32_t* slot) const;
   // Whether the j-th sample of this rank is padding (a repeat past the end).
   bool IsPadding(uint64_t j) const;
   // Samples [first, first+count) of this rank form batch b.
@@ -126,11 +183,25 @@ class EpochPlan {
   // the resume state's position (never past N).
   uint64_t PositionAfter(uint64_t batches) const;
 
+  // The shard order: slot k holds shard ShardAtSlot(k) (k < num_slots(), the
+  // shard count); windows are runs of consecutive slots.
+  uint32_t num_slots() const;
+  uint32_t ShardAtSlot(uint32_t slot) const;
+  // This rank's windows in the order it reads them, from the start position
+  // on: O(windows) (per wrap-around of the padding).
+  std::vector<RankVisit> RankVisits() const;
+
  private:
-  static Result<EpochPlan> MakeNodeAffine(uint64_t dataset_id, std::span<const uint64_t> first,
-                                          const PlanOptions& options, uint64_t epoch,
-                                          uint64_t start_position, EpochPlan p);
-  std::vector<uint64_t> order_;
+  struct Order;
+  // Position p of the global order -> its slot and sample id.
+  uint64_t Locate(uint64_t p, uint32_t* slot) const;
+  // Visits of an arithmetic walk q = offset + j * stride (j < count) over
+  // one segment's positions [0, period), wrapping around.
+  void AppendVisits(uint32_t segment, uint64_t offset, uint64_t stride, uint64_t count,
+                    std::vector<RankVisit>* out) const;
+  Status SetRank(const PlanOptions& o);
+  std::shared_ptr<const Order> order_;
+  PlanOptions options_;
   uint64_t epoch_ = 0;
   uint64_t start_ = 0;
   uint32_t rank_ = 0;
@@ -138,10 +209,11 @@ class EpochPlan {
   uint32_t batch_ = 1;
   uint64_t rank_samples_ = 0;
   uint64_t num_batches_ = 0;
-  // Node affinity: this rank's node's order is order_[node_begin_,
+  // Node affinity: this rank's node's order is positions [node_begin_,
   // node_begin_ + node_samples_), taken with stride per_node_ from local_
   // after start_step_ steps.
   bool affinity_ = false;
+  uint32_t node_ = 0;
   uint64_t node_begin_ = 0, node_samples_ = 0, start_step_ = 0, end_position_ = 0;
   uint32_t per_node_ = 1, local_ = 0;
 };

@@ -20,11 +20,6 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
   const uint32_t first_rank = node * per_node;
   const uint32_t end_rank = std::min(world, first_rank + per_node);
 
-  // Sample id -> shard.
-  std::vector<uint32_t> shard_of;
-  for (uint32_t s = 0; s < shard_samples.size(); ++s)
-    shard_of.insert(shard_of.end(), shard_samples[s], s);
-
   if (end_rank - first_rank > kMaxNodeRanks) {
     return InvalidArgument("cache: " + std::to_string(end_rank - first_rank) +
                            " ranks on one node; the planned cache tells at most " +
@@ -39,28 +34,33 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
   std::vector<uint32_t> seen_by(shard_samples.size(), UINT32_MAX);
   o.first_step.assign(shard_samples.size(), kNever);
   o.last_step.assign(shard_samples.size(), 0);
+  // One order for the node's ranks (EpochPlan::ForRank shares it); each
+  // rank's need is per window visit: every shard of a window it visits is
+  // needed from the visit's first step to its last, the granularity the
+  // loader reads at (loader/schedule.h). O(ranks x shards), nothing per sample.
+  PlanOptions first_po = plan;
+  first_po.rank = first_rank;
+  STOKER_ASSIGN_OR_RETURN(EpochPlan node_plan,
+                          EpochPlan::Make(dataset_id, shard_samples, first_po, epoch, position));
   for (uint32_t r = first_rank; r < end_rank; ++r) {
-    PlanOptions po = plan;
-    po.rank = r;
-    STOKER_ASSIGN_OR_RETURN(EpochPlan p,
-                            EpochPlan::Make(dataset_id, shard_samples, po, epoch, position));
+    STOKER_ASSIGN_OR_RETURN(EpochPlan p, node_plan.ForRank(r));
     o.steps = std::max(o.steps, p.rank_samples());
-    for (uint64_t j = 0; j < p.rank_samples(); ++j) {
-      const uint64_t id = p.RankSample(j);
-      if (id >= shard_of.size()) continue;
-      const uint32_t s = shard_of[id];
-      if (seen_by[s] != r) {
-        seen_by[s] = r;
+    auto& order = o.rank_order[r - first_rank];
+    for (const RankVisit& v : p.RankVisits()) {
+      for (uint32_t k = v.first_slot; k < v.end_slot; ++k) {
+        const uint32_t s = p.ShardAtSlot(k);
+        // A rank whose padding wraps around visits the first windows again,
+        // and reads their shards again: each visit is a read.
         o.readers[s]++;
-        auto& order = o.rank_order[r - first_rank];
-        o.rank_first[size_t(r - first_rank) * shard_samples.size() + s] = uint32_t(order.size());
-        order.push_back(s);
+        if (seen_by[s] != r) {
+          seen_by[s] = r;
+          o.rank_first[size_t(r - first_rank) * shard_samples.size() + s] = uint32_t(order.size());
+          order.push_back(s);
+        }
+        o.first_step[s] = std::min(o.first_step[s], v.first_step);
+        o.last_step[s] = std::max(o.last_step[s], v.last_step);
       }
-      o.first_step[s] = std::min(o.first_step[s], j);
-      o.last_step[s] = std::max(o.last_step[s], j);
     }
-    // Node affinity gives every rank of the node the same part: one plan
-    // per rank is still needed for the strided share.
   }
   for (uint32_t s = 0; s < shard_samples.size(); ++s) {
     if (o.first_step[s] != kNever) o.sequence.push_back(s);

@@ -32,8 +32,10 @@ struct NeedOrder {
   std::vector<uint32_t> sequence;
   // Steps in the epoch (the largest rank share).
   uint64_t steps = 0;
-  // Per shard: how many ranks of the node read it this epoch (a rank reads
-  // a shard once, whole, however many of its samples it takes): that many
+  // Per shard: how many reads of it the node's ranks make this epoch: one
+  // per rank visit of its window (EpochPlan::RankVisits; a rank reads a
+  // window's shards once per visit, however many of their samples it takes,
+  // and padding that wraps around visits the first windows again): that many
   // reads make it done for the epoch.
   std::vector<uint32_t> readers;
   // Shard -> its index in `sequence`, or UINT32_MAX.

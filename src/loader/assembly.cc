@@ -28,6 +28,8 @@ struct Assembly::Job {
   uint64_t first = 0;  // the batch's first sample in the rank's plan
   std::vector<uint64_t> ids;
   std::vector<uint8_t> padding;
+  std::vector<uint32_t> uses;    // per sample: its shard use (Schedule::uses)
+  std::vector<uint32_t> locals;  // per sample: its index within its shard
   BatchSamples samples;
   BatchLayout layout;
   uint32_t chunk_size = 1;
@@ -143,9 +145,18 @@ std::shared_ptr<Assembly::Job> Assembly::Open(uint64_t b) {
   job->b = b;
   job->ids.resize(count);
   job->padding.resize(count);
+  job->uses.resize(count);
+  job->locals.resize(count);
   for (uint64_t k = 0; k < count; ++k) {
-    job->ids[k] = plan_.RankSample(job->first + k);
-    job->padding[k] = plan_.IsPadding(job->first + k);
+    uint32_t slot;
+    const uint64_t j = job->first + k;
+    const uint64_t id = plan_.RankSampleSlot(j, &slot);
+    const uint32_t use = schedule_.UseOf(j, slot);
+    job->ids[k] = id;
+    job->padding[k] = plan_.IsPadding(j);
+    job->uses[k] = use;
+    job->locals[k] =
+        uint32_t(id - config_.manifest->shards[schedule_.uses[use].shard].first_sample);
   }
   if (!st.ok()) {
     job->failed = true;
@@ -182,9 +193,8 @@ BatchSamples Assembly::SamplesOf(const Job& job) const {
   s.seed = config_.options->seed;
   s.sample_ids = job.ids.data();
   s.padding = job.padding.data();
-  const uint64_t first = job.first;
-  auto use = [this, first](size_t i) { return schedule_.use_of_sample[first + i]; };
-  auto local = [this, first](size_t i) { return schedule_.local_of_sample[first + i]; };
+  auto use = [uses = job.uses.data()](size_t i) { return uses[i]; };
+  auto local = [locals = job.locals.data()](size_t i) { return locals[i]; };
   s.check = [this, use, local](size_t i) {
     Status st = source_.view(use(i)).VerifySample(local(i));
     return st.ok() ? st : st.WithContext(config_.uri);

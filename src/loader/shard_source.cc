@@ -27,7 +27,7 @@ void ShardSource::Stop() {
 }
 
 Status ShardSource::WaitForBatch(uint64_t b, bool* stopped) {
-  const auto& uses = schedule_.batch_uses[b];
+  const UseRange uses = schedule_.BatchUses(b);
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] {
     if (stop_) return true;
@@ -46,7 +46,7 @@ Status ShardSource::WaitForBatch(uint64_t b, bool* stopped) {
 
 void ShardSource::BatchBuilt(uint64_t b) {
   bool freed = false;
-  for (uint32_t u : schedule_.batch_uses[b]) {
+  for (uint32_t u : schedule_.BatchUses(b)) {
     UseState& s = state_[u];
     if (s.batches_left.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
     std::lock_guard lock(mu_);

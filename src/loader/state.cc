@@ -3,6 +3,7 @@
 #include <string>
 
 #include "stoker/loader.h"
+#include "stoker/plan.h"
 
 namespace stoker {
 
@@ -43,6 +44,14 @@ Status CheckResumeState(const LoaderState& state, const format::Manifest& m,
     return Unsupported("resume state version " + std::to_string(state.version) +
                        " was written by a newer stoker (this one reads version " +
                        std::to_string(kLoaderStateVersion) + ")");
+  }
+  if (state.version < 2 && state.shuffle && state.position > 0) {
+    return Unsupported(
+        "resume state (epoch " + std::to_string(state.epoch) + ", position " +
+        std::to_string(state.position) + ") was saved under epoch order version 1; this stoker " +
+        "shuffles with order version " + std::to_string(kPlanOrderVersion) +
+        ", so the rest of that epoch would be other samples. Resume it with the stoker that " +
+        "saved it, or start at the next epoch (position 0)");
   }
   if (state.dataset_id != m.IdHex()) {
     return InvalidArgument("resume state was saved for dataset " + state.dataset_id +
