@@ -87,8 +87,14 @@ Manifest Pack(const std::vector<FieldSpec>& fields, uint32_t n, size_t max_len, 
   return m;
 }
 
+// A format 1 manifest, which lists its shards (docs/format.md §2.5), and a
+// format 2 one (NAME-v2), which names its shard table.
 void WriteManifest(const fs::path& dir, const std::string& name, const Manifest& m) {
-  std::string text = EncodeManifest(m);
+  Manifest v2 = m;
+  (void)EncodeShardTable(v2, &v2.table);
+  const std::string text2 = EncodeManifest(v2);
+  Write(dir / (name + "-v2.stoker"), text2.data(), text2.size());
+  std::string text = EncodeManifestV1(m);
   Write(dir / (name + ".stoker"), text.data(), text.size());
   // The body alone: the manifest fuzzer also feeds inputs as bodies.
   std::string body = text.substr(text.find('\n') + 1);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,9 +32,9 @@ namespace {
 py::dict ManifestDict(std::string_view uri, const format::Manifest& m) {
   uint64_t bytes = 0;
   py::list shard_samples;
-  for (const auto& s : m.shards) {
-    bytes += s.bytes;
-    shard_samples.append(s.samples);
+  for (size_t i = 0; i < m.shards.size(); ++i) {
+    bytes += m.shards.bytes(i);
+    shard_samples.append(m.shards.samples(i));
   }
   py::list fields;
   for (const auto& f : m.fields) {
@@ -55,6 +56,18 @@ py::dict ManifestDict(std::string_view uri, const format::Manifest& m) {
   d["fields"] = fields;
   d["classes"] = m.classes;
   d["created_by"] = m.created_by;
+  if (m.table.key.empty()) {
+    d["shard_table"] = py::none();  // format v1: the manifest lists the shards
+  } else {
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)m.table.header_hash);
+    py::dict t;
+    t["key"] = m.table.key;
+    t["records"] = m.table.records;
+    t["bytes"] = m.table.bytes;
+    t["header_hash"] = std::string(hash);
+    d["shard_table"] = t;
+  }
   return d;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "stoker/checkpoint.h"
@@ -64,12 +65,38 @@ TEST(CliTest, PackInspectVerify) {
   ASSERT_EQ(inspect.code, 0) << inspect.out;
   auto j = nlohmann::json::parse(inspect.out);
   EXPECT_EQ(j["samples"], 90);
-  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["format_version"], 2);
+  EXPECT_EQ(j["shard_table"]["key"], "shards.table");
   EXPECT_EQ(j["classes"], (std::vector<std::string>({"c0", "c1", "c2"})));
   EXPECT_GT(j["shards"].get<int>(), 2);
   auto human = Stoker("inspect file://" + ds);
   ASSERT_EQ(human.code, 0) << human.out;
   EXPECT_NE(human.out.find("samples        90"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("shard table    shards.table: "), std::string::npos) << human.out;
+
+  // --objects: what the store holds, named by what it is to the dataset;
+  // sizes only when asked for.
+  testing::WriteFile(d.path() / "ds" / "stray.bin", RandomBytes(10, 2));
+  auto objects = Stoker("inspect --json --objects " + ds);
+  ASSERT_EQ(objects.code, 0) << objects.out;
+  auto oj = nlohmann::json::parse(objects.out);
+  ASSERT_EQ(oj["objects"].size(), j["shards"].get<size_t>() + 3) << objects.out;
+  EXPECT_EQ(oj["shards_missing"], 0);
+  std::map<std::string, std::string> role;
+  for (const auto& o : oj["objects"]) {
+    role[o["key"]] = o["role"];
+    EXPECT_FALSE(o.contains("bytes")) << "no sizes unless asked for";
+  }
+  EXPECT_EQ(role["manifest.stoker"], "manifest");
+  EXPECT_EQ(role["shards.table"], "shard table");
+  EXPECT_EQ(role["shards/000001.stks"], "shard 1");
+  EXPECT_EQ(role["stray.bin"], "not part of the dataset");
+  auto sized = Stoker("inspect --json --objects --sizes " + ds);
+  ASSERT_EQ(sized.code, 0) << sized.out;
+  for (const auto& o : nlohmann::json::parse(sized.out)["objects"]) {
+    if (o["key"] == "stray.bin") EXPECT_EQ(o["bytes"], 10);
+  }
+  EXPECT_EQ(Stoker("inspect --sizes " + ds).code, 2) << "--sizes needs --objects";
 
   auto ok = Stoker("verify " + ds);
   EXPECT_EQ(ok.code, 0) << ok.out;

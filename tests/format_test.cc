@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -208,7 +209,10 @@ TEST(FormatBasics, ManifestHelpers) {
   EXPECT_EQ(m.FieldIndex("label"), 1);
   EXPECT_EQ(m.FieldIndex("nope"), -1);
   EXPECT_EQ(m.ShardOf(0), -1);  // no shards
-  m.shards = {{"a", 4096, 3, 0, 0}, {"b", 4096, 1, 3, 0}, {"c", 4096, 5, 4, 0}};
+  for (const ShardInfo& s : {ShardInfo{"a", 4096, 3, 0, 0}, ShardInfo{"b", 4096, 1, 3, 0},
+                             ShardInfo{"c", 4096, 5, 4, 0}}) {
+    m.shards.push_back(s);
+  }
   m.sample_count = 9;
   const int64_t want[] = {0, 0, 0, 1, 2, 2, 2, 2, 2, -1, -1};
   for (uint64_t s = 0; s < 11; ++s) EXPECT_EQ(m.ShardOf(s), want[s]) << s;
@@ -398,8 +402,8 @@ class ShardCorruption : public ::testing::Test {
   }
 
   ShardExpectation Expect() const {
-    return ShardExpectation{kKey,     fields_,       kShardNo,    TestId(8), 2,
-                            kSamples, shard_.size(), index_hash_, kFirst};
+    return ShardExpectation{std::string(kKey), fields_,       kShardNo,    TestId(8), 2,
+                            kSamples,          shard_.size(), index_hash_, kFirst};
   }
   // Parses `b` with the fixture's expectation, its index hash replaced.
   Result<ShardView> ParseResealed(Bytes& b) {
@@ -618,7 +622,8 @@ TEST_F(ShardCorruption, EntryPaddingNotZero) {
   uint64_t ih;
   Bytes b = builder.Finish(&ih);
   b[Get<uint64_t>(b, 40) + 24 + 21] = std::byte{1};
-  ShardExpectation e{kKey, one, kShardNo, TestId(8), 1, 2, b.size(), Reseal(b), kFirst};
+  ShardExpectation e{std::string(kKey), one,       kShardNo, TestId(8), 1, 2,
+                     b.size(),          Reseal(b), kFirst};
   EXPECT_TRUE(Fails(ShardView::Parse(b, e), Code::kCorruption,
                     {kKey, "sample 1 (global 101): index entry padding is not zero"}));
 }
@@ -819,7 +824,7 @@ TEST_F(ShardCorruption, IndexOnlyViewDetectsWhatParseDetects) {
 
 constexpr std::string_view kWhere = "file:///data/ds/manifest.stoker";
 
-// A header line for `body`, as EncodeManifest writes it.
+// A header line for `body`, as EncodeManifest and EncodeManifestV1 write it.
 std::string Seal(std::string_view body, uint32_t version = 1) {
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx",
@@ -834,8 +839,9 @@ class ManifestTest : public ::testing::Test {
  protected:
   void SetUp() override {
     d_ = MakeDataset(300, 64 << 10, 11);
+    d_.m.format_version = 1;
     ASSERT_GE(d_.m.shards.size(), 3u);
-    text_ = EncodeManifest(d_.m);
+    text_ = EncodeManifestV1(d_.m);
     body_ = nlohmann::ordered_json::parse(text_.substr(text_.find('\n') + 1));
   }
   // The valid body with `edit` applied, sealed and decoded.
@@ -874,12 +880,14 @@ void ExpectSameManifest(const Manifest& a, const Manifest& b) {
   }
 }
 
+// ManifestTest is the format 1 manifest (§2.5), which lists its shards: what
+// older stokers wrote and this one still reads. Format 2 is ManifestV2Test.
 TEST_F(ManifestTest, RoundTrip) {
   EXPECT_EQ(text_.rfind("STOKER-DATASET 1 ", 0), 0u);
   auto m = Decode(text_);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ExpectSameManifest(*m, d_.m);
-  EXPECT_EQ(EncodeManifest(*m), text_);  // deterministic
+  EXPECT_EQ(EncodeManifestV1(*m), text_);  // deterministic
   // Every shard parses against its expectation from the decoded manifest.
   for (uint32_t i = 0; i < m->shards.size(); ++i) {
     auto v = ShardView::Parse(d_.shards[i], ExpectationFor(*m, i));
@@ -891,7 +899,7 @@ TEST_F(ManifestTest, EmptyDatasetIsValid) {
   Manifest m;
   m.dataset_id = TestId(1);
   m.fields = ImageLabel();
-  auto d = Decode(EncodeManifest(m));
+  auto d = Decode(EncodeManifestV1(m));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->sample_count, 0u);
   EXPECT_TRUE(d->shards.empty());
@@ -944,8 +952,11 @@ TEST_F(ManifestTest, BadHeaderLine) {
 
 TEST_F(ManifestTest, NewerVersionIsUnsupported) {
   std::string body = text_.substr(text_.find('\n') + 1);
-  EXPECT_TRUE(Fails(Decode(Seal(body, 2)), Code::kUnsupported,
-                    {kWhere, "written by a newer stoker (format v2; this build reads v1)"}));
+  EXPECT_TRUE(Fails(Decode(Seal(body, 3)), Code::kUnsupported,
+                    {kWhere, "written by a newer stoker (format v3; this build reads v2)"}));
+  // A v1 body under a v2 header line.
+  EXPECT_TRUE(Fails(Decode(Seal(body, 2)), Code::kCorruption,
+                    {kWhere, "format_version: 1, header says 2"}));
   // The rest of a newer header line is not this version's business.
   EXPECT_TRUE(
       Fails(Decode("STOKER-DATASET 7 whatever comes next\n"), Code::kUnsupported, {"format v7"}));
@@ -1192,7 +1203,7 @@ TEST_F(ManifestTest, InconsistentTotals) {
   m.dataset_id = TestId(1);
   m.fields = ImageLabel();
   m.payload_bytes = 1;
-  EXPECT_TRUE(Fails(Decode(EncodeManifest(m)), Code::kCorruption, {kWhere, "payload_bytes"}));
+  EXPECT_TRUE(Fails(Decode(EncodeManifestV1(m)), Code::kCorruption, {kWhere, "payload_bytes"}));
 }
 
 TEST_F(ManifestTest, ExceptionsNeverEscape) {
@@ -1223,13 +1234,492 @@ TEST_F(ManifestTest, RandomFlips) {
     auto r2 = Decode(Seal(b));
     if (r2.ok()) {
       // Whatever was accepted re-encodes to something equivalent.
-      auto again = Decode(EncodeManifest(*r2));
+      auto again = Decode(EncodeManifestV1(*r2));
       ASSERT_TRUE(again.ok()) << again.status().ToString();
       ExpectSameManifest(*again, *r2);
     } else {
       EXPECT_EQ(r2.status().message().rfind(kWhere, 0), 0u) << r2.status().ToString();
     }
   }
+}
+
+// ---- shard table (ShardTable in memory) -----------------------------------------
+
+TEST(ShardTableTest, KeysFollowTheShardNumberUnlessTheyDoNot) {
+  ShardTable t;
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(t.total_samples(), 0u);
+  EXPECT_EQ(t.ShardOf(0), -1);
+  t.push_back({ShardKey(0), 8192, 3, 0, 11});
+  t.AppendNumbered(4096, 1, 22);
+  t.push_back({ShardKey(2), 4096, 5, 999, 33});  // first_sample comes from the counts
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_FALSE(t.has_own_keys());
+  EXPECT_EQ(t.key(1), "shards/000001.stks");
+  EXPECT_EQ(t.bytes(0), 8192u);
+  EXPECT_EQ(t.samples(2), 5u);
+  EXPECT_EQ(t.first_sample(2), 4u);
+  EXPECT_EQ(t.index_hash(1), 22u);
+  EXPECT_EQ(t.total_samples(), 9u);
+  EXPECT_EQ(t.total_bytes(), 16384u);
+  const ShardInfo s = t[2];
+  EXPECT_EQ(s.key, ShardKey(2));
+  EXPECT_EQ(s.first_sample, 4u);
+  EXPECT_EQ(t.back().index_hash, 33u);
+  const int64_t want[] = {0, 0, 0, 1, 2, 2, 2, 2, 2, -1};
+  for (uint64_t x = 0; x < 10; ++x) EXPECT_EQ(t.ShardOf(x), want[x]) << x;
+  EXPECT_EQ(t.Find("shards/000002.stks"), 2);
+  EXPECT_EQ(t.Find("shards/000003.stks"), -1);   // past the end
+  EXPECT_EQ(t.Find("shards/0000002.stks"), -1);  // not as ShardKey writes it
+  EXPECT_EQ(t.Find("shards/00002.stks"), -1);
+  EXPECT_EQ(t.Find("x/000002.stks"), -1);
+  std::vector<uint32_t> samples;
+  for (const auto& info : t) samples.push_back(info.samples);
+  EXPECT_EQ(samples, (std::vector<uint32_t>{3, 1, 5}));
+  EXPECT_EQ(t.begin()->bytes, 8192u);
+
+  // A key of its own (a v1 manifest's): from then on every key is kept.
+  t.push_back({"other/a", 4096, 1, 9, 44});
+  EXPECT_TRUE(t.has_own_keys());
+  EXPECT_EQ(t.key(0), ShardKey(0));
+  EXPECT_EQ(t.key(3), "other/a");
+  EXPECT_EQ(t.Find("other/a"), 3);
+  EXPECT_EQ(t.Find(ShardKey(1)), 1);
+  t.AppendNumbered(4096, 1, 55);
+  EXPECT_EQ(t.key(4), ShardKey(4));
+  t.clear();
+  EXPECT_TRUE(t.empty());
+  EXPECT_FALSE(t.has_own_keys());
+  EXPECT_EQ(t.total_samples(), 0u);
+}
+
+TEST(ShardTableTest, ShardKeyNumber) {
+  EXPECT_EQ(ShardKeyNumber("shards/000000.stks"), 0);
+  EXPECT_EQ(ShardKeyNumber("shards/1234567.stks"), 1234567);
+  EXPECT_EQ(ShardKeyNumber("shards/4294967295.stks"), int64_t{UINT32_MAX});
+  EXPECT_EQ(ShardKeyNumber("shards/4294967296.stks"), -1);
+  EXPECT_EQ(ShardKeyNumber("shards/01234567.stks"), -1);
+  EXPECT_EQ(ShardKeyNumber("shards/00000a.stks"), -1);
+  EXPECT_EQ(ShardKeyNumber("shards/000000.stk"), -1);
+  EXPECT_EQ(ShardKeyNumber(""), -1);
+}
+
+// A million shards with keys made from their numbers: no string is kept.
+TEST(ShardTableTest, AMillionShardsKeepNoKeys) {
+  constexpr size_t kShards = 1'000'000;
+  ShardTable t;
+  t.reserve(kShards);
+  for (size_t i = 0; i < kShards; ++i) t.AppendNumbered(4 << 20, 100, i);
+  EXPECT_FALSE(t.has_own_keys());
+  EXPECT_EQ(t.total_samples(), kShards * 100);
+  EXPECT_EQ(t.ShardOf(kShards * 100 - 1), int64_t{kShards - 1});
+  EXPECT_EQ(t.key(kShards - 1), "shards/999999.stks");
+  EXPECT_EQ(t.Find("shards/999999.stks"), int64_t{kShards - 1});
+}
+
+// ---- shard table (the file, §7) ----------------------------------------------------
+
+constexpr std::string_view kTableWhere = "file:///data/ds/shards.table";
+
+// Independent of the library: recomputes the block checksums, their hash
+// and the header hash of a table (§7.1) from its header's counts, where they
+// lie inside `t`; points the manifest at the result.
+void ResealTable(Bytes& t, Manifest* m) {
+  const uint64_t records = Get<uint64_t>(t, 16);
+  const uint32_t k = Get<uint32_t>(t, 40);
+  const uint32_t blocks = Get<uint32_t>(t, 44);
+  const uint64_t at = 64 + 8ull * blocks;
+  for (uint32_t b = 0; b < blocks && k > 0; ++b) {
+    const uint64_t first = uint64_t{b} * k;
+    const uint64_t count = first < records ? std::min<uint64_t>(k, records - first) : 0;
+    const uint64_t off = at + first * 24;
+    if (off + count * 24 <= t.size() && 64 + 8 * (b + 1) <= t.size()) {
+      Put<uint64_t>(t, 64 + 8 * b, XXH3_64bits(t.data() + off, count * 24));
+    }
+  }
+  if (at <= t.size()) Put<uint64_t>(t, 48, XXH3_64bits(t.data() + 64, 8ull * blocks));
+  Put<uint64_t>(t, 56, XXH3_64bits(t.data(), 56));
+  m->table.header_hash = Get<uint64_t>(t, 56);
+  m->table.bytes = t.size();
+}
+
+class ShardTableFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A shard count that leaves the last block of 4 short.
+    for (uint64_t target = 16 << 10; d_.m.shards.size() % 4 == 0; target += 4096) {
+      d_ = MakeDataset(300, target, 12, 1500);
+    }
+    ASSERT_GE(d_.m.shards.size(), 10u);
+    // Blocks of 4 records: several blocks, the last one short.
+    table_ = EncodeShardTable(d_.m, &d_.m.table, 4);
+    ASSERT_NE(d_.m.shards.size() % 4, 0u) << "the last block should be short";
+    text_ = EncodeManifest(d_.m);
+    auto m = DecodeManifest(AsBytes(text_), kWhere);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    m_ = *m;
+  }
+  // Decodes `t` against a copy of the manifest, after `edit` of the copy.
+  template <typename F>
+  Result<Manifest> DecodeTable(const Bytes& t, F edit) {
+    Manifest m = m_;
+    edit(m);
+    STOKER_RETURN_IF_ERROR(DecodeShardTable(t, kTableWhere, &m));
+    return m;
+  }
+  Result<Manifest> DecodeTable(const Bytes& t) {
+    return DecodeTable(t, [](Manifest&) {});
+  }
+  // `t` changed by `edit`, resealed, decoded against a manifest naming it.
+  template <typename F>
+  Result<Manifest> DecodeEditedTable(F edit) {
+    Bytes t = table_;
+    edit(t);
+    Manifest m = m_;
+    ResealTable(t, &m);
+    STOKER_RETURN_IF_ERROR(DecodeShardTable(t, kTableWhere, &m));
+    return m;
+  }
+  size_t blocks() const { return (d_.m.shards.size() + 3) / 4; }
+  size_t record(size_t i) const { return 64 + 8 * blocks() + 24 * i; }
+
+  Dataset d_;
+  Bytes table_;
+  std::string text_;
+  Manifest m_;  // decoded, without its shards
+};
+
+TEST_F(ShardTableFile, RoundTrip) {
+  EXPECT_EQ(text_.rfind("STOKER-DATASET 2 ", 0), 0u);
+  const auto body = nlohmann::json::parse(text_.substr(text_.find('\n') + 1));
+  EXPECT_FALSE(body.contains("shards")) << "the shards are in the table";
+  EXPECT_EQ(body["shard_table"]["key"], "shards.table");
+  EXPECT_EQ(body["shard_table"]["records"], d_.m.shards.size());
+  EXPECT_EQ(m_.format_version, 2u);
+  EXPECT_TRUE(m_.shards.empty());
+  EXPECT_EQ(m_.table.key, kShardTableKey);
+  EXPECT_EQ(m_.table.records, d_.m.shards.size());
+  EXPECT_EQ(m_.table.bytes, table_.size());
+  EXPECT_EQ(table_.size(), 64 + 8 * blocks() + 24 * d_.m.shards.size());
+  EXPECT_EQ(std::memcmp(table_.data(), "STOKSTBL", 8), 0);
+  auto m = DecodeTable(table_);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ExpectSameManifest(*m, d_.m);
+  EXPECT_EQ(EncodeManifest(*m), text_);  // deterministic
+  ShardTableRef again;
+  EXPECT_TRUE(EncodeShardTable(*m, &again, 4) == table_);
+  for (uint32_t i = 0; i < m->shards.size(); ++i) {
+    auto v = ShardView::Parse(d_.shards[i], ExpectationFor(*m, i));
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+  }
+  // The writer's blocks (65536 records): one block here, the same shards.
+  ShardTableRef ref;
+  const Bytes one = EncodeShardTable(d_.m, &ref);
+  EXPECT_EQ(one.size(), 64 + 8 + 24 * d_.m.shards.size());
+  Manifest m1 = m_;
+  m1.table = ref;
+  ASSERT_TRUE(DecodeShardTable(one, kTableWhere, &m1).ok());
+  ExpectSameManifest(m1, d_.m);
+}
+
+TEST_F(ShardTableFile, TheManifestStaysSmallWhateverTheShards) {
+  Manifest big = d_.m;
+  big.shards.clear();
+  big.sample_count = 0;
+  for (uint32_t i = 0; i < 200000; ++i) big.shards.AppendNumbered(4 << 20, 100, i);
+  big.sample_count = big.shards.total_samples();
+  big.payload_bytes = big.sample_count * 100;
+  big.max_sample_bytes = 100;
+  const Bytes table = EncodeShardTable(big, &big.table);
+  EXPECT_EQ(table.size(), 64 + 8 * 4 + 24 * 200000u);  // 4 blocks of 65536
+  const std::string text = EncodeManifest(big);
+  EXPECT_LT(text.size(), 600u);
+  EXPECT_LT(text.size(), text_.size() + 40) << "O(1) in the shards";
+  auto m = DecodeManifest(AsBytes(text), kWhere);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_TRUE(DecodeShardTable(table, kTableWhere, &*m).ok());
+  EXPECT_EQ(m->shards.size(), 200000u);
+  EXPECT_EQ(m->shards.first_sample(199999), 19999900u);
+}
+
+TEST_F(ShardTableFile, StreamedInPiecesAsReadWhole) {
+  ShardTableReader r(m_, std::string(kTableWhere));
+  ASSERT_TRUE(r.Header(std::span(table_).first(64), table_.size()).ok());
+  EXPECT_EQ(r.block_count(), blocks());
+  EXPECT_EQ(r.record_count(), d_.m.shards.size());
+  ASSERT_TRUE(r.Sums(std::span(table_).subspan(r.sums_offset(), r.sums_bytes())).ok());
+  std::vector<ShardInfo> seen;
+  for (uint32_t b = 0; b < r.block_count(); ++b) {
+    uint64_t offset, length;
+    r.BlockRange(b, &offset, &length);
+    ASSERT_TRUE(
+        r.Block(b, std::span(table_).subspan(offset, length), [&](uint32_t i, const ShardInfo& s) {
+           EXPECT_EQ(i, seen.size());
+           seen.push_back(s);
+         }).ok());
+  }
+  ASSERT_TRUE(r.Finish().ok());
+  ASSERT_EQ(seen.size(), d_.m.shards.size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    const ShardInfo want = d_.m.shards[i];
+    EXPECT_EQ(seen[i].key, want.key);
+    EXPECT_EQ(seen[i].bytes, want.bytes);
+    EXPECT_EQ(seen[i].samples, want.samples);
+    EXPECT_EQ(seen[i].first_sample, want.first_sample);
+    EXPECT_EQ(seen[i].index_hash, want.index_hash);
+  }
+  // Out of order, and finishing early: the caller's mistakes.
+  ShardTableReader early(m_, std::string(kTableWhere));
+  ASSERT_TRUE(early.Header(std::span(table_).first(64), table_.size()).ok());
+  ASSERT_TRUE(early.Sums(std::span(table_).subspan(64, 8 * blocks())).ok());
+  ShardTable t;
+  EXPECT_EQ(early.Block(1, std::span(table_).subspan(record(4), 96), &t).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(early.Finish().code(), Code::kInvalidArgument);
+}
+
+TEST_F(ShardTableFile, EmptyDatasetHasAnEmptyTable) {
+  Manifest m;
+  m.dataset_id = TestId(3);
+  m.fields = ImageLabel();
+  const Bytes t = EncodeShardTable(m, &m.table);
+  EXPECT_EQ(t.size(), 64u);
+  auto d = DecodeManifest(AsBytes(EncodeManifest(m)), kWhere);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_TRUE(DecodeShardTable(t, kTableWhere, &*d).ok());
+  EXPECT_TRUE(d->shards.empty());
+}
+
+TEST_F(ShardTableFile, Truncated) {
+  const size_t n = d_.m.shards.size();
+  const std::string expected = std::to_string(n) + " records expected, ";
+  struct Case {
+    size_t length;
+    size_t present;
+  };
+  const Case cases[] = {{0, 0},
+                        {10, 0},
+                        {63, 0},
+                        {64, 0},
+                        {64 + 8 * blocks() - 1, 0},
+                        {record(0), 0},
+                        {record(5) + 7, 5},
+                        {record(n) - 1, n - 1}};
+  for (const Case& c : cases) {
+    const Bytes t(table_.begin(), table_.begin() + c.length);
+    EXPECT_TRUE(
+        Fails(DecodeTable(t), Code::kCorruption,
+              {kTableWhere, "truncated: " + expected + std::to_string(c.present) + " present"}))
+        << c.length;
+  }
+  Bytes longer = table_;
+  longer.push_back(std::byte{0});
+  EXPECT_TRUE(
+      Fails(DecodeTable(longer), Code::kCorruption, {kTableWhere, "(data after the last record)"}));
+  // A read that ended early, in pieces: the block it starves says so.
+  ShardTableReader r(m_, std::string(kTableWhere));
+  ASSERT_TRUE(r.Header(std::span(table_).first(64), table_.size()).ok());
+  ASSERT_TRUE(r.Sums(std::span(table_).subspan(64, 8 * blocks())).ok());
+  ShardTable t;
+  EXPECT_TRUE(HasError(r.Block(0, std::span(table_).subspan(record(0), 50), &t), Code::kCorruption,
+                       {kTableWhere, expected + "2 present"}));
+}
+
+TEST_F(ShardTableFile, BadHeader) {
+  Bytes t = table_;
+  t[3] = std::byte{'X'};
+  EXPECT_TRUE(Fails(DecodeTable(t), Code::kCorruption, {kTableWhere, "bad magic"}));
+  t = table_;
+  t[30] ^= std::byte{1};  // in the dataset id, not resealed
+  EXPECT_TRUE(Fails(DecodeTable(t), Code::kCorruption, {kTableWhere, "header checksum mismatch"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([](Bytes& b) { Put<uint32_t>(b, 8, 0); }), Code::kCorruption,
+                    {kTableWhere, "shard table version 0"}));
+  EXPECT_TRUE(
+      Fails(DecodeEditedTable([](Bytes& b) { Put<uint32_t>(b, 8, 2); }), Code::kUnsupported,
+            {kTableWhere, "written by a newer stoker (shard table v2; this build reads v1)"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([](Bytes& b) { Put<uint32_t>(b, 12, 32); }),
+                    Code::kCorruption, {kTableWhere, "record size 32, expected 24"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([](Bytes& b) { Put<uint32_t>(b, 40, 0); }), Code::kCorruption,
+                    {kTableWhere, "blocks of 0 records, expected 1..1048576"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([](Bytes& b) { Put<uint32_t>(b, 40, (1u << 20) + 1); }),
+                    Code::kCorruption, {kTableWhere, "blocks of 1048577 records"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([](Bytes& b) { Put<uint32_t>(b, 40, 5); }), Code::kCorruption,
+                    {kTableWhere, "blocks, expected"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([](Bytes& b) { Put<uint64_t>(b, 16, uint64_t{1} << 33); }),
+                    Code::kCorruption, {kTableWhere, "more than 2^32-1 shards"}));
+}
+
+TEST_F(ShardTableFile, NotTheTableTheManifestNames) {
+  // Another dataset's table (its own manifest would name it).
+  EXPECT_TRUE(Fails(DecodeEditedTable([](Bytes& b) { b[24] ^= std::byte{0xff}; }),
+                    Code::kCorruption, {kTableWhere, "table belongs to another dataset (id "}));
+  // The manifest says one more record (and the size that goes with it).
+  EXPECT_TRUE(
+      Fails(DecodeTable(table_, [](Manifest& m) { m.table.records++; }), Code::kCorruption,
+            {kTableWhere, std::to_string(d_.m.shards.size()) + " records, the manifest says " +
+                              std::to_string(d_.m.shards.size() + 1)}));
+  // Same dataset, other contents (a killed pack's table under the key): the
+  // manifest's hash of the header tells them apart.
+  Bytes other = table_;
+  Put<uint64_t>(other, record(2) + 8, 12345);  // an index hash
+  Manifest m = m_;
+  ResealTable(other, &m);
+  EXPECT_TRUE(Fails(DecodeTable(other), Code::kCorruption,
+                    {kTableWhere, "header hash", "the manifest says"}));
+  EXPECT_TRUE(DecodeShardTable(other, kTableWhere, &m).ok()) << "consistent in itself";
+  EXPECT_TRUE(Fails(DecodeTable(table_, [](Manifest& m) { m.table.bytes += 8; }), Code::kCorruption,
+                    {kTableWhere, "bytes, the manifest says"}));
+}
+
+TEST_F(ShardTableFile, BadChecksums) {
+  Bytes t = table_;
+  t[64 + 8] ^= std::byte{1};  // block 1's checksum
+  EXPECT_TRUE(Fails(DecodeTable(t), Code::kCorruption, {kTableWhere, "block checksums mismatch"}));
+  // A record's byte: its block is named by its records.
+  t = table_;
+  t[record(5) + 3] ^= std::byte{1};
+  EXPECT_TRUE(Fails(DecodeTable(t), Code::kCorruption,
+                    {kTableWhere, "records 4..7 (block 1): checksum mismatch"}));
+  const size_t last = d_.m.shards.size() - 1;
+  t = table_;
+  t[record(last) + 20] ^= std::byte{1};
+  const size_t first_of_last = last / 4 * 4;
+  EXPECT_TRUE(
+      Fails(DecodeTable(t), Code::kCorruption,
+            {kTableWhere, "records " + std::to_string(first_of_last) + ".." + std::to_string(last) +
+                              " (block " + std::to_string(last / 4) + "): checksum mismatch"}));
+  // Every single-byte change is detected.
+  std::mt19937_64 rng(5);
+  for (int iter = 0; iter < 500; ++iter) {
+    Bytes b = table_;
+    const size_t at = rng() % b.size();
+    b[at] ^= std::byte(1 + rng() % 255);
+    auto r = DecodeTable(b);
+    ASSERT_FALSE(r.ok()) << "flip at " << at << " undetected";
+    EXPECT_EQ(r.status().message().rfind(kTableWhere, 0), 0u) << r.status().ToString();
+  }
+}
+
+TEST_F(ShardTableFile, BadRecords) {
+  const std::string k5 = "record 5 (shards/000005.stks): ";
+  EXPECT_TRUE(Fails(DecodeEditedTable([&](Bytes& b) { Put<uint32_t>(b, record(5) + 16, 0); }),
+                    Code::kCorruption, {kTableWhere, k5 + "bytes 0 is outside 4096..4294967296"}));
+  EXPECT_TRUE(
+      Fails(DecodeEditedTable([&](Bytes& b) { Put<uint32_t>(b, record(5) + 16, (1u << 20) + 1); }),
+            Code::kCorruption, {kTableWhere, k5 + "bytes 4294971392 is outside"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([&](Bytes& b) { Put<uint32_t>(b, record(5) + 20, 0); }),
+                    Code::kCorruption, {kTableWhere, k5 + "samples 0 is outside 1.."}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([&](Bytes& b) {
+                      Put<uint32_t>(b, record(5) + 16, 1);  // 4096 bytes: at most 168 samples
+                      Put<uint32_t>(b, record(5) + 20, 169);
+                    }),
+                    Code::kCorruption,
+                    {kTableWhere, k5 + "samples 169 is outside 1..168 for a shard of 4096 bytes"}));
+  EXPECT_TRUE(Fails(DecodeEditedTable([&](Bytes& b) {
+                      Put<uint64_t>(b, record(5), Get<uint64_t>(b, record(5)) + 1);
+                    }),
+                    Code::kCorruption,
+                    {kTableWhere, k5 + "first_sample", "(the sum of the samples before it)"}));
+  // Two records swapped.
+  EXPECT_TRUE(
+      Fails(DecodeEditedTable([&](Bytes& b) {
+              std::swap_ranges(b.begin() + record(0), b.begin() + record(1), b.begin() + record(1));
+            }),
+            Code::kCorruption, {kTableWhere, "record 0 (shards/000000.stks): first_sample"}));
+}
+
+TEST_F(ShardTableFile, TotalsDisagreeWithTheManifest) {
+  // One sample more in the last shard, and first samples still consistent.
+  const size_t last = d_.m.shards.size() - 1;
+  EXPECT_TRUE(Fails(DecodeEditedTable([&](Bytes& b) {
+                      Put<uint32_t>(b, record(last) + 20, Get<uint32_t>(b, record(last) + 20) + 1);
+                    }),
+                    Code::kCorruption,
+                    {kTableWhere, "the records hold " + std::to_string(d_.m.sample_count + 1) +
+                                      " samples, the manifest's sample_count is " +
+                                      std::to_string(d_.m.sample_count)}));
+  // Every shard 4096 bytes: the payload does not fit.
+  EXPECT_TRUE(Fails(DecodeEditedTable([&](Bytes& b) {
+                      for (size_t i = 0; i <= last; ++i) Put<uint32_t>(b, record(i) + 16, 1);
+                    }),
+                    Code::kCorruption,
+                    {kTableWhere, "payload_bytes", "does not fit in the shards' record areas"}));
+}
+
+// The v2 manifest's own fields (§2.2, §2.4): what names the table.
+TEST_F(ShardTableFile, BadTableReference) {
+  using J = nlohmann::ordered_json;
+  const J body = J::parse(text_.substr(text_.find('\n') + 1));
+  auto decode = [&](auto edit) {
+    J j = body;
+    edit(j);
+    return DecodeManifest(AsBytes(Seal(j.dump(), 2)), kWhere);
+  };
+  EXPECT_TRUE(decode([](J&) {}).ok());
+  EXPECT_TRUE(Fails(decode([](J& j) { j.erase("shard_table"); }), Code::kCorruption,
+                    {kWhere, "missing key \"shard_table\""}));
+  EXPECT_TRUE(Fails(decode([](J& j) { j["shard_table"] = J::array(); }), Code::kCorruption,
+                    {kWhere, "shard_table: expected an object, got array"}));
+  for (const char* key : {"key", "records", "bytes", "header_hash"}) {
+    EXPECT_TRUE(Fails(decode([&](J& j) { j["shard_table"].erase(key); }), Code::kCorruption,
+                      {kWhere, "missing key \"shard_table." + std::string(key) + "\""}))
+        << key;
+  }
+  for (const char* key : {"../t", "/t", "manifest.stoker", "a b", ""}) {
+    EXPECT_TRUE(Fails(decode([&](J& j) { j["shard_table"]["key"] = key; }), Code::kCorruption,
+                      {kWhere, "shard_table.key: bad key"}))
+        << key;
+  }
+  EXPECT_TRUE(Fails(decode([](J& j) { j["shard_table"]["records"] = uint64_t{1} << 32; }),
+                    Code::kCorruption, {kWhere, "shard_table.records: 4294967296 is larger"}));
+  EXPECT_TRUE(Fails(decode([](J& j) { j["shard_table"]["bytes"] = 100; }), Code::kCorruption,
+                    {kWhere, "shard_table.bytes: 100 is less than"}));
+  EXPECT_TRUE(Fails(decode([](J& j) { j["shard_table"]["header_hash"] = "12"; }), Code::kCorruption,
+                    {kWhere, "shard_table.header_hash: '12'"}));
+  EXPECT_TRUE(Fails(decode([](J& j) { j["max_sample_bytes"] = 1u << 30; }), Code::kCorruption,
+                    {kWhere, "max_sample_bytes"}));
+  // A shard list in a v2 body is not this version's (unknown keys are
+  // ignored); the table is still what counts.
+  auto m = decode([](J& j) { j["shards"] = J::array({1, 2}); });
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->shards.empty());
+  EXPECT_TRUE(Fails(DecodeManifest(AsBytes(Seal(body.dump(), 3)), kWhere), Code::kUnsupported,
+                    {kWhere, "format v3; this build reads v2"}));
+}
+
+// What older stokers wrote still decodes, its own keys included.
+TEST(OldManifest, Version1DecodesWithItsShards) {
+  Dataset d = MakeDataset(200, 32 << 10, 13);
+  const std::string v1 = EncodeManifestV1(d.m);
+  EXPECT_EQ(v1.rfind("STOKER-DATASET 1 ", 0), 0u);
+  auto m = DecodeManifest(AsBytes(v1), kWhere);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->format_version, 1u);
+  EXPECT_TRUE(m->table.key.empty());
+  d.m.format_version = 1;
+  ExpectSameManifest(*m, d.m);
+  EXPECT_FALSE(m->shards.has_own_keys());
+  // Keys of its own (a v1 writer's convention only): kept as written.
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(v1.substr(v1.find('\n') + 1));
+  j["shards"][1]["key"] = "elsewhere/one.bin";
+  auto own = DecodeManifest(AsBytes(Seal(j.dump(), 1)), kWhere);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_TRUE(own->shards.has_own_keys());
+  EXPECT_EQ(own->shards.key(1), "elsewhere/one.bin");
+  EXPECT_EQ(own->shards.key(2), ShardKey(2));
+  EXPECT_EQ(own->shards.Find("elsewhere/one.bin"), 1);
+  EXPECT_EQ(ExpectationFor(*own, 1).key, "elsewhere/one.bin");
+  // Re-encoded as v2, the table keeps no keys: shard i is ShardKey(i).
+  Manifest v2 = *m;
+  const Bytes table = EncodeShardTable(v2, &v2.table);
+  auto again = DecodeManifest(AsBytes(EncodeManifest(v2)), kWhere);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(DecodeShardTable(table, kTableWhere, &*again).ok());
+  ExpectSameManifest(*again, [&] {
+    Manifest want = d.m;
+    want.format_version = 2;
+    return want;
+  }());
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -339,10 +341,15 @@ TEST(PackAtomicity, KilledPackLeavesNoReadableDataset) {
       if (!l.ok()) {
         ++killed_before_commit;
         EXPECT_EQ(l.status().code(), Code::kNotFound) << l.status().ToString();
-        // Nothing under the dataset's name but shards and invisible temps.
+        // Nothing under the dataset's name but shards, maybe the shard
+        // table no manifest names, the pack's note and invisible temps.
         auto objs = (*store)->List("");
         if (objs.ok()) {
-          for (const auto& o : *objs) EXPECT_EQ(o.key.rfind("shards/", 0), 0u) << o.key;
+          for (const auto& o : *objs) {
+            EXPECT_TRUE(o.key.rfind("shards/", 0) == 0 || o.key == format::kShardTableKey ||
+                        o.key == "pack.pending")
+                << o.key;
+          }
         }
       } else {
         // Killed after its commit: the dataset must be whole.
@@ -363,6 +370,7 @@ TEST(PackAtomicity, KilledPackLeavesNoReadableDataset) {
       auto objs = (*store)->List("shards/");
       ASSERT_TRUE(objs.ok());
       EXPECT_EQ(objs->size(), m->shards.size());
+      EXPECT_FALSE((*store)->Stat("pack.pending").ok()) << "the note goes with the commit";
       auto report = VerifyDataset(**store);
       ASSERT_TRUE(report.ok());
       EXPECT_TRUE(report->ok());
@@ -371,6 +379,265 @@ TEST(PackAtomicity, KilledPackLeavesNoReadableDataset) {
   std::printf("a whole pack took %llu us; %d of 12 kills landed before its commit\n",
               (unsigned long long)pack_us, killed_before_commit);
   EXPECT_GT(killed_before_commit, 3) << "the kills should mostly land mid-pack";
+}
+
+// ---- the shard table on the store (docs/format.md §7) --------------------------
+
+std::vector<std::byte> BytesOf(std::string_view s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+// Counts the listings a caller makes, and the reads of one key.
+class CountingStore final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<std::vector<ObjectInfo>> List(std::string_view p) override {
+    ++lists;
+    return StoreWrapper::List(p);
+  }
+  Result<std::vector<std::string>> ListKeys(std::string_view p) override {
+    ++lists;
+    return StoreWrapper::ListKeys(p);
+  }
+  Result<size_t> Read(std::string_view k, uint64_t off, std::span<std::byte> dst) override {
+    if (k == format::kShardTableKey) ++table_reads;
+    return StoreWrapper::Read(k, off, dst);
+  }
+  std::atomic<int> lists{0};
+  std::atomic<int> table_reads{0};
+};
+
+// `files` sources of about `size` bytes in 2 classes under d/src, packed
+// into 16 KiB shards at d/ds.
+Result<format::Manifest> PackSmall(const TempDir& d, uint32_t files, size_t size,
+                                   bool shuffle = true) {
+  MakeTree(d.path() / "src", files, 2, size);
+  PackOptions o;
+  o.shard_bytes = 16 << 10;
+  o.shuffle = shuffle;
+  return Pack((d.path() / "src").string(), (d.path() / "ds").string(), o);
+}
+
+TEST(PackTest, WritesTheShardTableAndASmallManifest) {
+  TempDir d;
+  const fs::path ds = d.path() / "ds";
+  auto m = PackSmall(d, 120, 2000);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_GT(m->shards.size(), 10u);
+  EXPECT_EQ(m->table.key, format::kShardTableKey);
+  EXPECT_EQ(m->table.records, m->shards.size());
+  EXPECT_EQ(fs::file_size(ds / format::kShardTableKey), m->table.bytes);
+  EXPECT_EQ(m->table.bytes, 64 + 8 + 24 * m->shards.size());
+  EXPECT_LT(fs::file_size(ds / format::kManifestKey), 600u) << "no shard list in the manifest";
+  EXPECT_FALSE(fs::exists(ds / "pack.pending"));
+  auto store = OpenStore(ds.string());
+  auto read = ReadManifest(**store);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->format_version, format::kFormatVersion);
+  ASSERT_EQ(read->shards.size(), m->shards.size());
+  for (size_t i = 0; i < m->shards.size(); ++i) {
+    EXPECT_EQ(read->shards.bytes(i), m->shards.bytes(i));
+    EXPECT_EQ(read->shards.index_hash(i), m->shards.index_hash(i));
+    EXPECT_EQ(read->shards.first_sample(i), m->shards.first_sample(i));
+  }
+  auto only = ReadManifestOnly(**store);
+  ASSERT_TRUE(only.ok());
+  EXPECT_TRUE(only->shards.empty());
+  uint64_t streamed = 0;
+  ASSERT_TRUE(ForEachShard(**store, *only, [&](uint32_t i, const format::ShardInfo& s) {
+                EXPECT_EQ(i, streamed);
+                EXPECT_EQ(s.key, m->shards.key(i));
+                ++streamed;
+                return Status::Ok();
+              }).ok());
+  EXPECT_EQ(streamed, m->shards.size());
+  auto l = Loader::Open(ds.string(), LoaderOptions{});
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  auto report = VerifyDataset(**store);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok());
+  EXPECT_EQ(report->shards_checked, m->shards.size());
+}
+
+// Pack learns which shards an earlier, killed pack may have left from that
+// pack's note, and removes them after its commit, without a listing.
+TEST(PackTest, RemovesLeftoversWithoutListingTheStore) {
+  TempDir d;
+  MakeTree(d.path() / "src", 40, 2, 1000);
+  const fs::path ds = d.path() / "ds";
+  // What a pack of 50 shards killed after its 46th left, with a gap.
+  testing::WriteFile(ds / "pack.pending", BytesOf(std::string("STOKER-PACK-PENDING 50\n")));
+  for (uint32_t s = 0; s < 46; ++s) {
+    if (s == 44) continue;
+    testing::WriteFile(ds / format::ShardKey(s), RandomBytes(4096, s));
+  }
+  testing::WriteFile(ds / "other.bin", RandomBytes(10, 1));  // not a pack's
+  auto posix = OpenStore(ds.string());
+  ASSERT_TRUE(posix.ok());
+  CountingStore counting(*posix);
+  PackOptions o;
+  o.shard_bytes = 16 << 10;
+  auto m = Pack(*ScanSources((d.path() / "src").string()), counting, o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_LT(m->shards.size(), 40u);
+  EXPECT_EQ(counting.lists.load(), 0) << "pack listed the store";
+  auto left = (*posix)->ListKeys("");
+  ASSERT_TRUE(left.ok());
+  std::vector<std::string> want = {"manifest.stoker", "other.bin", "shards.table"};
+  for (uint32_t s = 0; s < m->shards.size(); ++s) want.push_back(format::ShardKey(s));
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(*left, want);
+  auto report = VerifyDataset(**posix);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->ok());
+}
+
+// A dataset whose table is damaged on the store: the error names the store's
+// table and the records, from every reader (ReadManifest, the loader,
+// verify, the command).
+TEST(DatasetTable, DamagedTableIsAClearError) {
+  TempDir d;
+  const fs::path ds = d.path() / "ds";
+  auto m = PackSmall(d, 60, 1500);
+  ASSERT_TRUE(m.ok());
+  const fs::path table = ds / format::kShardTableKey;
+  const auto whole = testing::ReadFile(table);
+  const std::string name = ds.string() + "/shards.table";
+  auto open_error = [&] {
+    auto store = OpenStore(ds.string());
+    auto r = ReadManifest(**store);
+    return r.ok() ? Status::Ok() : r.status();
+  };
+  auto expect_everywhere = [&](Code code, const std::string& what) {
+    const Status st = open_error();
+    EXPECT_EQ(st.code(), code) << st.ToString();
+    EXPECT_NE(st.message().find(name), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.ToString();
+    auto l = Loader::Open(ds.string(), LoaderOptions{});
+    ASSERT_FALSE(l.ok());
+    EXPECT_NE(l.status().message().find(what), std::string::npos) << l.status().ToString();
+    auto v = VerifyDataset(**OpenStore(ds.string()));
+    ASSERT_FALSE(v.ok());
+    EXPECT_NE(v.status().message().find(what), std::string::npos) << v.status().ToString();
+    for (const char* cmd : {" inspect ", " verify "}) {
+      const std::string line = StokerBin() + cmd + ds.string() + " 2>&1";
+      FILE* p = popen(line.c_str(), "r");
+      ASSERT_NE(p, nullptr);
+      std::string out;
+      char buf[512];
+      while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+      const int rc = pclose(p);
+      EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) >= 10) << line << ": " << out;
+      EXPECT_NE(out.find(what), std::string::npos) << line << ": " << out;
+    }
+  };
+  // Truncated: the records present are counted.
+  const size_t n = m->shards.size();
+  testing::WriteFile(table, {whole.begin(), whole.begin() + 64 + 8 + 24 * 3 + 5});
+  expect_everywhere(Code::kCorruption,
+                    "truncated: " + std::to_string(n) + " records expected, 3 present");
+  // A flipped byte in a record: its block, by its records.
+  auto flipped = whole;
+  flipped[64 + 8 + 24 * 2 + 1] ^= std::byte{1};
+  testing::WriteFile(table, flipped);
+  expect_everywhere(Code::kCorruption,
+                    "records 0.." + std::to_string(n - 1) + " (block 0): checksum mismatch");
+  // A newer table version.
+  auto newer = whole;
+  newer[8] = std::byte{2};
+  testing::WriteFile(table, newer);
+  expect_everywhere(Code::kUnsupported, "shard table v2; this build reads v1");
+  // Gone.
+  fs::remove(table);
+  expect_everywhere(Code::kCorruption, "missing (the manifest names it");
+}
+
+// A dataset an older stoker packed (format 1: the shards listed in the
+// manifest, no table) still opens, loads, verifies and inspects.
+TEST(DatasetTable, DatasetOfAnOlderStokerStillOpens) {
+  TempDir d;
+  const fs::path ds = d.path() / "ds";
+  auto m = PackSmall(d, 50, 1500, /*shuffle=*/false);
+  ASSERT_TRUE(m.ok());
+  const std::string v1 = format::EncodeManifestV1(*m);
+  testing::WriteFile(ds / format::kManifestKey, BytesOf(v1));
+  fs::remove(ds / format::kShardTableKey);
+  auto store = OpenStore(ds.string());
+  auto read = ReadManifest(**store);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->format_version, 1u);
+  EXPECT_TRUE(read->table.key.empty());
+  EXPECT_EQ(read->shards.size(), m->shards.size());
+  LoaderOptions lo;
+  lo.shuffle = false;
+  lo.batch_size = 10;
+  auto l = Loader::Open(ds.string(), lo);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  uint64_t samples = 0;
+  while (true) {
+    auto b = (*l)->Next();
+    if (!b.ok()) break;
+    samples += b->size();
+  }
+  EXPECT_EQ(samples, 50u);
+  auto report = VerifyDataset(**store);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok());
+  EXPECT_EQ(report->samples_checked, 50u);
+}
+
+// A table larger than one read (8 MiB: 350 000 records) is read and
+// streamed in several ranged reads, each block checked; a bad block past
+// the first read is named by its records.
+TEST(DatasetTable, LargeTableInSeveralReads) {
+  auto store = std::shared_ptr<Store>(new CountingStore(NewMemoryStore()));
+  auto& counting = static_cast<CountingStore&>(*store);
+  format::Manifest m;
+  m.dataset_id = format::NewDatasetId();
+  m.fields = {{"data", format::FieldType::kBytes}};
+  constexpr uint32_t kShards = 500000;
+  m.shards.reserve(kShards);
+  for (uint32_t i = 0; i < kShards; ++i) m.shards.AppendNumbered(8192, 3, i * 7ull);
+  m.sample_count = m.shards.total_samples();
+  m.payload_bytes = m.sample_count * 10;
+  m.max_sample_bytes = 10;
+  auto table = format::EncodeShardTable(m, &m.table);
+  ASSERT_GT(table.size(), 8u << 20);
+  const std::string text = format::EncodeManifest(m);
+  ASSERT_TRUE(store->Put(format::kShardTableKey, table).ok());
+  ASSERT_TRUE(store->Put(format::kManifestKey, BytesOf(text)).ok());
+  auto read = ReadManifest(*store);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->shards.size(), kShards);
+  EXPECT_EQ(read->shards.index_hash(kShards - 1), (kShards - 1) * 7ull);
+  EXPECT_EQ(counting.table_reads.load(), 2) << "12 MB in reads of 8 MiB";
+  auto only = ReadManifestOnly(*store);
+  ASSERT_TRUE(only.ok());
+  uint64_t seen = 0;
+  ASSERT_TRUE(ForEachShard(*store, *only, [&](uint32_t, const format::ShardInfo&) {
+                ++seen;
+                return Status::Ok();
+              }).ok());
+  EXPECT_EQ(seen, kShards);
+  // A record of block 6 (records 393216..458751), in the second read.
+  const size_t at = 64 + 8 * 8 + 24 * size_t{400000} + 9;
+  table[at] ^= std::byte{1};
+  ASSERT_TRUE(store->Put(format::kShardTableKey, table).ok());
+  auto bad = ReadManifest(*store);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kCorruption);
+  EXPECT_NE(bad.status().message().find("shards.table: records 393216..458751 (block 6)"),
+            std::string::npos)
+      << bad.status().ToString();
+  // Streaming hands over the blocks before the bad one, then stops.
+  seen = 0;
+  Status st = ForEachShard(*store, *only, [&](uint32_t, const format::ShardInfo&) {
+    ++seen;
+    return Status::Ok();
+  });
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_EQ(seen, 393216u);
 }
 
 }  // namespace

@@ -503,6 +503,23 @@ TEST_P(StoreConformance, ListsByPrefixSorted) {
   EXPECT_EQ(keys("b/"), V{}) << "an object is not a folder";
 }
 
+// ListKeys is List without the sizes (which it may skip fetching): the
+// same keys, in the same order, for every prefix.
+TEST_P(StoreConformance, ListKeysIsListWithoutSizes) {
+  for (const char* key : {"k/1", "k/2", "k/sub/3", "kx", "l"}) {
+    ASSERT_OK(store_->Put(K(key), RandomBytes(7, 1)));
+  }
+  for (const char* prefix : {"", "k/", "k", "k/sub/", "nothing/"}) {
+    auto listed = store_->List(K(prefix));
+    auto keys = store_->ListKeys(K(prefix));
+    ASSERT_TRUE(listed.ok() && keys.ok()) << keys.status().ToString();
+    std::vector<std::string> want;
+    for (const ObjectInfo& o : *listed) want.push_back(o.key);
+    EXPECT_EQ(*keys, want) << prefix;
+  }
+  EXPECT_EQ(store_->ListKeys("../x").status().code(), Code::kInvalidArgument);
+}
+
 TEST_P(StoreConformance, RemoveThenNotFound) {
   ASSERT_OK(store_->Put(K("gone/x"), Text("bye")));
   ASSERT_OK(store_->Put(K("gone/y"), Text("stays")));

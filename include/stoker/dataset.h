@@ -17,9 +17,31 @@
 
 namespace stoker {
 
-// Reads and validates a dataset's manifest (docs/format.md). NotFound "no
-// stoker dataset at URI" when there is none.
+// Reads and validates a dataset's manifest and, for format v2, the shard
+// table it names (docs/format.md §2, §7), so that m.shards lists every
+// shard. NotFound "no stoker dataset at URI" when there is none; a missing
+// or damaged shard table is Corruption naming the table and its records.
 Result<format::Manifest> ReadManifest(Store& store);
+
+// The manifest alone: for a v2 dataset m.shards stays empty (m.table names
+// the table; ForEachShard or ReadShardTable reads it); a v1 manifest lists
+// its shards itself. For what streams the shards instead of holding them
+// (inspect, verify).
+Result<format::Manifest> ReadManifestOnly(Store& store);
+
+// Reads the shard table `m->table` names into m->shards: ranged reads of a
+// few MiB each, every block checked before its shards are kept, the totals
+// after the last. Nothing to do for a v1 manifest.
+Status ReadShardTable(Store& store, format::Manifest* m);
+
+// Calls `each(shard number, shard)` for every shard in order: from m.shards
+// when it holds them (v1, or after ReadShardTable), else from the shard
+// table, read as ReadShardTable reads it but kept only one read at a time.
+// Every block is checked before its shards are handed over and the totals
+// after the last (so a caller learns of a bad table only when it gets
+// there). The first error, the table's or one `each` returns, ends it.
+Status ForEachShard(Store& store, const format::Manifest& m,
+                    const std::function<Status(uint32_t, const format::ShardInfo&)>& each);
 
 // One problem verify found: a whole shard (sample < 0) or one sample.
 struct VerifyProblem {

@@ -1,19 +1,25 @@
-// Dataset format v1: the manifest and the shards, as docs/format.md specifies
-// them byte by byte. The constants here point to that document's sections.
+// Dataset format v2: the manifest, the shard table and the shards, as
+// docs/format.md specifies them byte by byte. The constants here point to
+// that document's sections.
 //
 // A dataset is a set of objects in one store: one manifest (the commit: a
-// dataset exists once its manifest does) and shards, each one storage object
-// of about a target size (default 4 MiB, Ceph's object size) holding whole
-// samples, an index and a checksum per sample.
+// dataset exists once its manifest does), one shard table (a binary file of
+// fixed records, one per shard, that the manifest names) and shards, each
+// one storage object of about a target size (default 4 MiB, Ceph's object
+// size) holding whole samples, an index and a checksum per sample. Datasets
+// written by format v1 list their shards in the manifest itself; they are
+// still read.
 //
-// Thread safety: ShardBuilder is not thread-safe (one builder per thread).
-// ShardView is a read-only view; it may be shared between threads once built.
-// The free functions are reentrant.
+// Thread safety: ShardBuilder and ShardTableReader are not thread-safe (one
+// per thread). ShardView and ShardTable are read-only once built; they may
+// be shared between threads. The free functions are reentrant.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,8 +29,12 @@
 
 namespace stoker::format {
 
-// docs/format.md §1.
-inline constexpr uint32_t kFormatVersion = 1;
+// docs/format.md §1: the dataset's format version, the manifest's. Version 2
+// moved the shard list out of the manifest into the shard table (§7); this
+// build reads versions 1 and 2 and writes 2.
+inline constexpr uint32_t kFormatVersion = 2;
+// §3.1: the shard object's own version, unchanged since format v1.
+inline constexpr uint32_t kShardVersion = 1;
 // Default: 4 MiB, Ceph's default object size (rados object_size).
 inline constexpr uint64_t kDefaultShardBytes = 4ull << 20;
 // Every shard's size is a multiple of this, so a whole shard can be read with
@@ -32,6 +42,18 @@ inline constexpr uint64_t kDefaultShardBytes = 4ull << 20;
 inline constexpr uint64_t kShardAlignment = 4096;
 // docs/format.md §2: the manifest's key inside the dataset's store.
 inline constexpr std::string_view kManifestKey = "manifest.stoker";
+// docs/format.md §7: the shard table's key, as the writer names it (readers
+// take the key from the manifest), and its layout.
+inline constexpr std::string_view kShardTableKey = "shards.table";
+inline constexpr char kShardTableMagic[8] = {'S', 'T', 'O', 'K', 'S', 'T', 'B', 'L'};
+inline constexpr uint32_t kShardTableVersion = 1;
+inline constexpr size_t kShardTableHeaderBytes = 64;
+inline constexpr uint32_t kShardTableRecordBytes = 24;
+// Records under one checksum. 65536 records are 1.5 MiB: a block is one
+// ranged read, and a bad block names at most that many shards.
+inline constexpr uint32_t kShardTableBlockRecords = 65536;
+// Readers refuse larger blocks (§7.3): bounds what one block read allocates.
+inline constexpr uint32_t kMaxShardTableBlockRecords = 1u << 20;
 // docs/format.md §3.1.
 inline constexpr size_t kShardHeaderBytes = 64;
 inline constexpr char kShardMagic[8] = {'S', 'T', 'O', 'K', 'S', 'H', 'R', 'D'};
@@ -67,13 +89,115 @@ struct FieldSpec {
   FieldType type = FieldType::kBytes;
 };
 
-// One shard as the manifest lists it.
+// One shard as the manifest (format v1) or the shard table (§7) lists it.
 struct ShardInfo {
   std::string key;            // e.g. "shards/000000.stks"
   uint64_t bytes = 0;         // object size, a multiple of kShardAlignment
   uint32_t samples = 0;       // samples in the shard
   uint64_t first_sample = 0;  // global index of its first sample
   uint64_t index_hash = 0;    // xxh3-64 of the shard's index (§3.3)
+};
+
+// The shards of a dataset, in global sample order, held compactly: 20 bytes
+// per shard and nothing allocated per shard (a prefix sum of the sample
+// counts, the sizes in units of kShardAlignment, the index hashes). A key is
+// ShardKey(i), made when asked for; only a table decoded from a v1 manifest
+// whose keys are not all ShardKey(i) keeps one string per shard.
+//
+// It reads like a std::vector<ShardInfo> (size, operator[], iteration, each
+// giving a ShardInfo by value); loops over many shards use the per-field
+// accessors, which neither allocate nor format a key.
+//
+// Thread safety: const methods may be called from many threads at once;
+// push_back, reserve and clear need external synchronisation.
+class ShardTable {
+ public:
+  class const_iterator {
+   public:
+    using value_type = ShardInfo;
+    using reference = ShardInfo;
+    using difference_type = std::ptrdiff_t;
+    using iterator_category = std::input_iterator_tag;
+    struct Arrow {
+      ShardInfo info;
+      const ShardInfo* operator->() const { return &info; }
+    };
+    const_iterator() = default;
+    const_iterator(const ShardTable* t, size_t i) : t_(t), i_(i) {}
+    ShardInfo operator*() const { return (*t_)[i_]; }
+    Arrow operator->() const { return {(*t_)[i_]}; }
+    const_iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    const_iterator operator++(int) {
+      const_iterator old = *this;
+      ++i_;
+      return old;
+    }
+    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const const_iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const ShardTable* t_ = nullptr;
+    size_t i_ = 0;
+  };
+
+  size_t size() const { return index_hash_.size(); }
+  bool empty() const { return index_hash_.empty(); }
+  void reserve(size_t n);
+  void clear();
+
+  // Appends shard size(). Its first sample is the sum of the samples before
+  // it (the format's rule, §2.4): `s.first_sample` is not stored. Requires
+  // `s.bytes` to be a multiple of kShardAlignment, at most kMaxShardBytes,
+  // and `s.samples` >= 1, as every valid shard's are (the decoders check
+  // this before they append).
+  void push_back(const ShardInfo& s);
+  // push_back of shard size() with the key ShardKey(size()): what the shard
+  // table's records are.
+  void AppendNumbered(uint64_t bytes, uint32_t samples, uint64_t index_hash);
+
+  // Precondition for each: i < size().
+  std::string key(size_t i) const;
+  uint64_t bytes(size_t i) const { return uint64_t{units_[i]} * kShardAlignment; }
+  uint32_t samples(size_t i) const { return static_cast<uint32_t>(first_[i + 1] - first_[i]); }
+  uint64_t first_sample(size_t i) const { return first_[i]; }
+  uint64_t index_hash(size_t i) const { return index_hash_[i]; }
+  ShardInfo operator[](size_t i) const;
+  ShardInfo back() const { return (*this)[size() - 1]; }
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size()}; }
+
+  // Sum of all samples (first_sample(size())).
+  uint64_t total_samples() const { return first_.back(); }
+  // Sum of all shards' bytes. O(shards).
+  uint64_t total_bytes() const;
+  // Shard holding global sample `sample` (binary search), or -1.
+  int64_t ShardOf(uint64_t sample) const;
+  // The shard whose key is `key`, or -1. O(1) when every key is ShardKey(i);
+  // a scan of the keys otherwise (a v1 manifest's own keys): callers that
+  // look up keys often then keep their own map.
+  int64_t Find(std::string_view key) const;
+  // Some key is not ShardKey(i) (only in tables from v1 manifests).
+  bool has_own_keys() const { return !keys_.empty(); }
+
+ private:
+  void AppendFields(uint64_t bytes, uint32_t samples, uint64_t index_hash);
+
+  std::vector<uint64_t> first_{0};    // size() + 1 entries: prefix sums of samples
+  std::vector<uint32_t> units_;       // bytes / kShardAlignment
+  std::vector<uint64_t> index_hash_;  // one per shard
+  std::vector<std::string> keys_;     // empty, or one per shard (see has_own_keys)
+};
+
+// What a v2 manifest says of its shard table (§2.2): enough to find it and to
+// know it is the one the manifest was committed with.
+struct ShardTableRef {
+  std::string key;           // the table's key in the dataset's store
+  uint64_t records = 0;      // == number of shards
+  uint64_t bytes = 0;        // exact object size
+  uint64_t header_hash = 0;  // the table's header_hash field (§7.1)
 };
 
 struct Manifest {
@@ -84,8 +208,14 @@ struct Manifest {
   uint64_t sample_count = 0;         // == sum of shards[i].samples
   uint64_t payload_bytes = 0;        // sum of all samples' record sizes
   uint64_t max_sample_bytes = 0;     // largest sample record
-  std::vector<ShardInfo> shards;     // in global sample order
-  std::string created_by;            // e.g. "stoker 0.1.0 pack"
+  // In global sample order. DecodeManifest fills it from a v1 manifest; for
+  // v2 it stays empty until DecodeShardTable (or a ShardTableReader) reads
+  // the table that `table` names. ReadManifest (stoker/dataset.h) does both.
+  ShardTable shards;
+  // v2: the shard table. Empty key for a v1 manifest, whose shards it lists.
+  // EncodeShardTable sets it.
+  ShardTableRef table;
+  std::string created_by;  // e.g. "stoker 0.1.0 pack"
 
   // Hex form of dataset_id (32 lowercase hex digits).
   std::string IdHex() const;
@@ -94,17 +224,94 @@ struct Manifest {
   // Index of the field called `name`, or -1.
   int FieldIndex(std::string_view name) const;
   // Shard holding global sample `sample` (binary search), or -1.
-  int64_t ShardOf(uint64_t sample) const;
+  int64_t ShardOf(uint64_t sample) const { return shards.ShardOf(sample); }
 };
 
-// Serialises a manifest (§2): a header line with version, length and xxh3-64
-// of the body, then a JSON body.
+// Serialises a manifest of format v2 (§2): a header line with version,
+// length and xxh3-64 of the body, then a JSON body with the schema, the
+// totals and `m.table`, the reference to the shard table. Set `m.table` with
+// EncodeShardTable first; the writer stores the table, then the manifest.
 std::string EncodeManifest(const Manifest& m);
+
+// Serialises `m` as a format v1 manifest, which lists every shard in its
+// JSON body (§2.5). This build reads such manifests and no longer writes
+// them; for tests and tools that make the datasets older versions wrote.
+std::string EncodeManifestV1(const Manifest& m);
 
 // Parses and validates a manifest. `where` names it in messages (its URI).
 // Every inconsistency (bad header, checksum, JSON, schema, shard list that
 // does not add up) is Corruption; a newer format version is Unsupported.
+// A v1 manifest comes back whole; a v2 one with `table` set and `shards`
+// empty: its shards are in the table (DecodeShardTable, ShardTableReader).
 Result<Manifest> DecodeManifest(std::span<const std::byte> data, std::string_view where);
+
+// The shard table of `m.shards` (§7), `block_records` records under each
+// block checksum (writers use kShardTableBlockRecords; 1 ..
+// kMaxShardTableBlockRecords), as the writer stores it under kShardTableKey.
+// Sets `*ref` (normally &m.table) to what the manifest says of it. The keys
+// are not stored: shard i's key is ShardKey(i) (§7), whatever m.shards says.
+std::vector<std::byte> EncodeShardTable(const Manifest& m, ShardTableRef* ref,
+                                        uint32_t block_records = kShardTableBlockRecords);
+
+// Reads a shard table (§7) in pieces, each checked before what it holds is
+// used: the header (and the object's size), then the block checksums, then
+// the blocks in order, then the totals. For reading a large table in
+// ranged reads, or streaming it (verify, inspect) without keeping it.
+// Errors are Corruption (a newer table version: Unsupported) and start with
+// `where`, the table's name (its URI); a bad block names its records
+// ("records A..B"), a bad record its number and key.
+class ShardTableReader {
+ public:
+  // `m` is the decoded v2 manifest that names the table; it must outlive the
+  // reader.
+  ShardTableReader(const Manifest& m, std::string where);
+
+  // Step 1: the table's first kShardTableHeaderBytes bytes (fewer when the
+  // object is shorter) and the object's size. §7.3 checks 1-11.
+  Status Header(std::span<const std::byte> header, uint64_t object_size);
+  // After Header: the block checksums lie at [sums_offset, + sums_bytes).
+  uint64_t sums_offset() const { return kShardTableHeaderBytes; }
+  uint64_t sums_bytes() const { return 8 * uint64_t{blocks_}; }
+  // Step 2. §7.3 check 12.
+  Status Sums(std::span<const std::byte> sums);
+  uint32_t block_count() const { return blocks_; }
+  uint64_t record_count() const { return records_; }
+  // Where block `b` lies in the table and how many records it holds.
+  void BlockRange(uint32_t b, uint64_t* offset, uint64_t* length) const;
+  // Step 3, for b = 0, 1, ... in order: checks block `b` (its checksum, then
+  // each record, §7.3 checks 13-14) and appends its shards to `*out`, or
+  // hands each to `each` (shard number, shard).
+  Status Block(uint32_t b, std::span<const std::byte> data, ShardTable* out);
+  Status Block(uint32_t b, std::span<const std::byte> data,
+               const std::function<void(uint32_t, const ShardInfo&)>& each);
+  // Step 4, after the last block: the totals against the manifest (§7.3
+  // check 15).
+  Status Finish() const;
+
+ private:
+  template <typename Sink>
+  Status CheckBlock(uint32_t b, std::span<const std::byte> data, Sink&& sink);
+  std::string Records(uint64_t first, uint64_t count) const;
+
+  const Manifest& m_;
+  std::string where_;
+  uint64_t entry_bytes_ = 0;  // the shards' index entry size
+  uint64_t records_ = 0;      // from the header
+  uint32_t block_records_ = 0;
+  uint32_t blocks_ = 0;
+  uint64_t records_offset_ = 0;
+  uint64_t sums_hash_ = 0;
+  uint32_t next_block_ = 0;
+  std::vector<uint64_t> sums_;
+  bool header_ok_ = false;
+  bool sums_ok_ = false;
+  uint64_t next_sample_ = 0;  // running sum of samples
+  uint64_t record_area_ = 0;  // Σ(bytes - 64 - samples * entry_bytes)
+};
+
+// The whole table in memory: Header, Sums, every Block into `m->shards`,
+// Finish. `m` is the v2 manifest that names it.
+Status DecodeShardTable(std::span<const std::byte> table, std::string_view where, Manifest* m);
 
 // A new random dataset id: 16 bytes from getrandom(2). docs/format.md §5.2.
 DatasetId NewDatasetId();
@@ -112,6 +319,8 @@ DatasetId NewDatasetId();
 // The key of shard `shard_number` by the writer's convention (§1):
 // "shards/000000.stks", zero-padded to at least 6 digits.
 std::string ShardKey(uint32_t shard_number);
+// The n with ShardKey(n) == key, or -1 when `key` is no such key.
+int64_t ShardKeyNumber(std::string_view key);
 
 // One field value of a sample, as given to ShardBuilder::Add.
 struct FieldValue {
@@ -151,10 +360,10 @@ class ShardBuilder {
   std::vector<std::byte> index_;  // index entries
 };
 
-// What a shard must agree with; from the manifest. Non-owning: the manifest
-// it was made from must outlive it.
+// What a shard must agree with; from the manifest. `fields` is a view of the
+// manifest's schema: the manifest it was made from must outlive it.
 struct ShardExpectation {
-  std::string_view key;  // names the shard in messages
+  std::string key;  // names the shard in messages
   // The schema. When its size is field_count, Parse also checks that int64
   // fields have length 8 (§3.4 check 17); it may be left empty.
   std::span<const FieldSpec> fields;
@@ -169,6 +378,9 @@ struct ShardExpectation {
 // Precondition: shard_number < m.shards.size() (otherwise the expectation
 // matches no shard and Parse fails).
 ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number);
+// The same for a shard the caller has at hand (streamed from the shard
+// table, so not in m.shards).
+ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number, const ShardInfo& shard);
 
 // A validated, zero-copy view of a whole shard held in memory.
 class ShardView {
@@ -186,7 +398,8 @@ class ShardView {
   static Result<ShardView> ParseStandalone(std::span<const std::byte> shard, std::string_view key);
 
   // Reading records one by one (the loader's per-sample reads): the byte
-  // range of a shard that holds its index, from the manifest alone, and a
+  // range of a shard that holds its index, from the manifest alone (from
+  // `expect`'s bytes, samples and field_count only), and a
   // view of only the header (its first kShardHeaderBytes) and that range
   // (`tail`, read at `tail_offset`). The checks are Parse's, except those
   // that need the records; CheckRecord then checks each record as it lands.

@@ -1,13 +1,17 @@
-// Packing: many small files in, a few large shards and a manifest out.
+// Packing: many small files in, a few large shards, their shard table and a
+// manifest out.
 //
 // Sources are an ImageFolder tree (ROOT/CLASS/FILE: class folders in sorted
 // order become labels 0, 1, ...) or a list file of "PATH LABEL" lines. Each
 // sample gets two fields: "image" (the file's bytes) and "label" (int64).
 //
-// Atomic: shards are written first, the manifest last (the commit). A pack
-// killed part way leaves shards but no manifest, which no reader takes for a
-// dataset; the next pack into the same place overwrites and cleans them up.
-// A destination that already holds a dataset is refused (AlreadyExists).
+// Atomic: shards are written first, then the shard table, the manifest last
+// (the commit). A pack killed part way leaves shards (and maybe a table) but
+// no manifest, which no reader takes for a dataset; the next pack into the
+// same place overwrites and cleans them up, knowing their names from a note
+// the killed pack left ("pack.pending", docs/format.md §5.1), not from a
+// listing of the store. A destination that already holds a dataset is
+// refused (AlreadyExists).
 //
 // Thread safety: the functions are reentrant; Pack uses `threads` workers of
 // its own and calls `progress` from any of them (serialised).

@@ -239,6 +239,11 @@ class Store {
   // written by an unfinished Put are never listed.
   virtual Result<std::vector<ObjectInfo>> List(std::string_view prefix) = 0;
 
+  // The keys List would give, without the sizes, which some backends pay
+  // for object by object: RADOS a stat each, POSIX one where the folder's
+  // entry does not say it is a file. The default is List's keys.
+  virtual Result<std::vector<std::string>> ListKeys(std::string_view prefix);
+
   // Removes an object; NotFound if it does not exist.
   virtual Status Remove(std::string_view key) = 0;
 
@@ -249,7 +254,8 @@ class Store {
   // object-by-object removal finds them) and the emptied sub-folders. OK if
   // nothing is there. Not atomic, not durable on return: a crash part way
   // leaves some of the objects, each whole. A Put under `folder` at the same
-  // time may survive it. The default lists and removes each object.
+  // time may survive it. The default lists (ListKeys) and removes each
+  // object.
   virtual Status RemoveFolder(std::string_view folder);
 
   // Removes `folder` (as for RemoveFolder) only if it holds no object: only
@@ -261,8 +267,8 @@ class Store {
   // or changed within `idle` (a writer may be about to use it: it is left
   // alone); NotFound when there is no such folder. The default (a store
   // without folders keeps nothing besides objects): false when
-  // List(folder) has objects, NotFound otherwise (so it costs a List: see
-  // StoreCapabilities::prefix_listing).
+  // ListKeys(folder) has objects, NotFound otherwise (so it costs a listing:
+  // see StoreCapabilities::prefix_listing).
   virtual Result<bool> RemoveEmptyFolder(std::string_view folder, std::chrono::seconds idle);
 };
 
@@ -310,6 +316,9 @@ class StoreWrapper : public Store {
   StoreCapabilities capabilities() const override { return target_->capabilities(); }
   Result<ObjectInfo> Stat(std::string_view k) override { return target_->Stat(k); }
   Result<std::vector<ObjectInfo>> List(std::string_view p) override { return target_->List(p); }
+  Result<std::vector<std::string>> ListKeys(std::string_view p) override {
+    return target_->ListKeys(p);
+  }
   Status Remove(std::string_view k) override { return target_->Remove(k); }
   Status RemoveFolder(std::string_view f) override { return target_->RemoveFolder(f); }
   Result<bool> RemoveEmptyFolder(std::string_view f, std::chrono::seconds idle) override {

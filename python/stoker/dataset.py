@@ -53,12 +53,14 @@ def pack(src, dst, shard_mib=4, threads=0, progress=None, shuffle=True, seed=0):
 
 
 def inspect(uri):
-    """What a dataset holds, from its manifest: a dict with uri, format_version,
-    dataset_id, samples, shards, shard_samples, bytes, payload_bytes,
-    max_sample_bytes, fields ([{"name", "type"}]), classes, created_by.
+    """What a dataset holds, from its manifest and shard table: a dict with
+    uri, format_version, dataset_id, samples, shards, shard_samples, bytes,
+    payload_bytes, max_sample_bytes, fields ([{"name", "type"}]), classes,
+    created_by, shard_table ({"key", "records", "bytes", "header_hash"}, or
+    None for a format v1 dataset, whose manifest lists its shards).
 
     stoker.NotFoundError when there is no dataset at uri; CorruptionError when
-    its manifest is damaged.
+    its manifest or shard table is damaged.
     """
     return _stoker.inspect(_path("uri", uri))
 

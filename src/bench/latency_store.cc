@@ -102,6 +102,10 @@ class LatencyStore final : public StoreWrapper {
     round_trip_->Pay();
     return StoreWrapper::List(p);
   }
+  Result<std::vector<std::string>> ListKeys(std::string_view p) override {
+    round_trip_->Pay();
+    return StoreWrapper::ListKeys(p);
+  }
   Status Remove(std::string_view k) override {
     round_trip_->Pay();
     return StoreWrapper::Remove(k);

@@ -110,7 +110,7 @@ void NodeCacheImpl::DropBad(uint32_t s, ino_t inode) {
 // folder. A prefetch that the cache does not admit is NoSpace, and reads
 // nothing.
 Status NodeCacheImpl::Fetch(uint32_t s, std::span<std::byte> dst, bool prefetch) {
-  const auto& info = manifest_.shards[s];
+  const format::ShardInfo info = manifest_.shards[s];
   bool admitted;
   {
     FolderTables::Locked l(tables_);

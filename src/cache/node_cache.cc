@@ -20,7 +20,8 @@ constexpr uint64_t kMinMargin = 256ull << 20;
 
 std::vector<uint32_t> ShardSamples(const format::Manifest& m) {
   std::vector<uint32_t> out;
-  for (const auto& s : m.shards) out.push_back(s.samples);
+  out.reserve(m.shards.size());
+  for (size_t i = 0; i < m.shards.size(); ++i) out.push_back(m.shards.samples(i));
   return out;
 }
 
@@ -32,10 +33,18 @@ NodeCacheImpl::NodeCacheImpl(std::shared_ptr<Store> remote, format::Manifest man
       manifest_(std::move(manifest)),
       options_(std::move(options)),
       planner_(manifest_.Id64(), ShardSamples(manifest_), options_.ranks_per_node) {
-  for (uint32_t i = 0; i < manifest_.shards.size(); ++i) {
-    shard_of_key_.emplace(manifest_.shards[i].key, i);
+  if (manifest_.shards.has_own_keys()) {
+    for (uint32_t i = 0; i < manifest_.shards.size(); ++i) {
+      own_keys_.emplace(manifest_.shards.key(i), i);
+    }
   }
   planned_ = options_.policy == "planned";
+}
+
+int64_t NodeCacheImpl::ShardOfKey(std::string_view key) const {
+  if (own_keys_.empty()) return manifest_.shards.Find(key);
+  auto it = own_keys_.find(key);
+  return it == own_keys_.end() ? -1 : int64_t{it->second};
 }
 
 NodeCacheImpl::~NodeCacheImpl() {
@@ -79,9 +88,10 @@ Status NodeCacheImpl::ChooseCapacity() {
   }
   uint64_t largest = 0;
   std::vector<uint64_t> bytes;
-  for (const auto& sh : manifest_.shards) {
-    largest = std::max(largest, sh.bytes);
-    bytes.push_back(sh.bytes);
+  bytes.reserve(manifest_.shards.size());
+  for (size_t i = 0; i < manifest_.shards.size(); ++i) {
+    largest = std::max(largest, manifest_.shards.bytes(i));
+    bytes.push_back(manifest_.shards.bytes(i));
   }
   const uint64_t free_bytes = uint64_t(v.f_bavail) * v.f_frsize;
   uint64_t used, capacity;
@@ -151,9 +161,9 @@ Result<std::unique_ptr<ReadQueue>> NodeCacheImpl::NewReadQueue(const ReadQueueOp
 
 Result<size_t> NodeCacheImpl::Read(std::string_view key, uint64_t offset,
                                    std::span<std::byte> dst) {
-  auto it = shard_of_key_.find(key);
-  if (it == shard_of_key_.end()) return target()->Read(key, offset, dst);
-  return ReadShard(it->second, offset, dst);
+  const int64_t s = ShardOfKey(key);
+  if (s < 0) return target()->Read(key, offset, dst);
+  return ReadShard(uint32_t(s), offset, dst);
 }
 
 Status NodeCacheImpl::BeginEpoch(const PlanOptions& plan, uint64_t epoch, uint64_t position) {

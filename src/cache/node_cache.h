@@ -78,7 +78,10 @@ class NodeCacheImpl final : public NodeCache {
 
   format::Manifest manifest_;
   CacheOptions options_;
-  std::map<std::string, uint32_t, std::less<>> shard_of_key_;
+  // The shard a key names, or -1: from the key itself (ShardTable::Find),
+  // or, for a v1 manifest's keys of their own, from own_keys_.
+  int64_t ShardOfKey(std::string_view key) const;
+  std::map<std::string, uint32_t, std::less<>> own_keys_;
   bool planned_ = true;
   std::string fetch_lock_path_, pin_lock_path_;
   ShardFiles files_;

@@ -45,7 +45,7 @@ void LogAccess(uint64_t epoch, uint32_t s) {
 bool NodeCacheImpl::Reserve(uint32_t s, bool prefetch) {
   const Planner::View v = planned_ ? planner_.Current() : Planner::View{};
   std::vector<Candidate> own;
-  const uint64_t bytes = manifest_.shards[s].bytes;
+  const uint64_t bytes = manifest_.shards.bytes(s);
   const uint64_t used = tables_.header().used;
   const bool full = used + bytes > space_->capacity();
   const bool evict = full && !(prefetch && v);
@@ -116,7 +116,7 @@ void NodeCacheImpl::PrefetchLoop() {
       if (!got.ok() || !*got) continue;
       struct stat st;
       if (stat(files_.Path(s).c_str(), &st) == 0) continue;  // landed meanwhile
-      buffer.resize(manifest_.shards[s].bytes);
+      buffer.resize(manifest_.shards.bytes(s));
       // NoSpace: the cache holds only shards needed sooner than this one,
       // which comes before every one after it.
       if (Fetch(s, buffer, /*prefetch=*/true).code() == Code::kNoSpace) break;

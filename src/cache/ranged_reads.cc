@@ -94,17 +94,17 @@ class MemoryReader final : public ObjectReader {
 }  // namespace
 
 Result<std::unique_ptr<ObjectReader>> NodeCacheImpl::OpenReader(std::string_view key) {
-  auto it = shard_of_key_.find(key);
-  if (it == shard_of_key_.end()) return target()->OpenReader(key);
-  auto reader = OpenShardReader(it->second);
+  const int64_t s = ShardOfKey(key);
+  if (s < 0) return target()->OpenReader(key);
+  auto reader = OpenShardReader(uint32_t(s));
   // A rank opens each of its shards once per epoch: its read, once done
   // (see Touch).
-  if (reader.ok()) Touch(it->second, /*whole=*/true);
+  if (reader.ok()) Touch(uint32_t(s), /*whole=*/true);
   return reader;
 }
 
 Result<std::unique_ptr<ObjectReader>> NodeCacheImpl::OpenShardReader(uint32_t s) {
-  const uint64_t bytes = manifest_.shards[s].bytes;
+  const uint64_t bytes = manifest_.shards.bytes(s);
   std::vector<std::byte> whole;
   bool counted = false;  // a fetch counted this open as a miss
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -132,7 +132,7 @@ Result<std::unique_ptr<ObjectReader>> NodeCacheImpl::OpenShardReader(uint32_t s)
 }
 
 Result<size_t> NodeCacheImpl::ReadShard(uint32_t s, uint64_t offset, std::span<std::byte> dst) {
-  const uint64_t bytes = manifest_.shards[s].bytes;
+  const uint64_t bytes = manifest_.shards.bytes(s);
   const bool whole = offset == 0 && dst.size() >= bytes;
   if (whole) {
     STOKER_RETURN_IF_ERROR(GetWhole(s, dst.first(bytes), /*prefetch=*/false));

@@ -58,8 +58,7 @@ void RegisterPack(CLI::App& app, Action* action) {
       if (!m.ok()) return Fail(m.status());
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      uint64_t bytes = 0;
-      for (const auto& s : m->shards) bytes += s.bytes;
+      const uint64_t bytes = m->shards.total_bytes();
       std::printf("packed %lu samples (%lu classes) into %zu shards, %s, in %.1f s: %s\n",
                   (unsigned long)m->sample_count, (unsigned long)m->classes.size(),
                   m->shards.size(), HumanBytes(double(bytes)).c_str(), secs, args->dst.c_str());

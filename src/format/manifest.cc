@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <unordered_set>
@@ -81,11 +80,152 @@ bool ParseFieldType(std::string_view s, FieldType* t) {
   return true;
 }
 
+// §2.5: a v1 manifest's `shards` array, checked as §2.4 says, into m->shards.
+Status DecodeShardsV1(const json& root, const Checker& c, uint64_t entry_bytes, Manifest* m) {
+  const json* arr;
+  const std::string* s;
+  uint64_t u;
+  STOKER_RETURN_IF_ERROR(c.GetArray(root, "shards", "shards", &arr));
+  if (arr->size() > UINT32_MAX) return c.Error("shards", "more than 2^32-1 shards");
+  m->shards.reserve(arr->size());
+  std::unordered_set<std::string> keys;
+  keys.reserve(arr->size());
+  uint64_t next_sample = 0;  // running sum of samples
+  uint64_t record_area = 0;  // Σ(bytes - 64 - samples * entry_bytes)
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const json& sj = (*arr)[i];
+    std::string path = Indexed("shards", i);
+    if (!sj.is_object()) return c.TypeError(path, "an object", sj);
+    ShardInfo info;
+
+    STOKER_RETURN_IF_ERROR(c.GetString(sj, "key", path + ".key", &s));
+    if (std::string problem = KeyProblem(*s); !problem.empty()) {
+      return c.Error(path + ".key", "bad key '" + *s + "': " + problem);
+    }
+    info.key = *s;
+
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(sj, "bytes", path + ".bytes", UINT64_MAX, &info.bytes));
+    if (info.bytes % kShardAlignment != 0) {
+      return c.Error(path + ".bytes", std::to_string(info.bytes) + " is not a multiple of " +
+                                          std::to_string(kShardAlignment));
+    }
+    if (info.bytes < kShardAlignment || info.bytes > kMaxShardBytes) {
+      return c.Error(path + ".bytes", std::to_string(info.bytes) + " is outside " +
+                                          std::to_string(kShardAlignment) + ".." +
+                                          std::to_string(kMaxShardBytes));
+    }
+
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(sj, "samples", path + ".samples", UINT32_MAX, &u));
+    info.samples = static_cast<uint32_t>(u);
+    const uint64_t max_samples = (info.bytes - kShardHeaderBytes) / entry_bytes;
+    if (u < 1 || u > max_samples) {
+      return c.Error(path + ".samples", std::to_string(u) + " is outside 1.." +
+                                            std::to_string(max_samples) + " for a shard of " +
+                                            std::to_string(info.bytes) + " bytes");
+    }
+
+    STOKER_RETURN_IF_ERROR(
+        c.GetUnsigned(sj, "first_sample", path + ".first_sample", UINT64_MAX, &info.first_sample));
+    if (info.first_sample != next_sample) {
+      return c.Error(path + ".first_sample", std::to_string(info.first_sample) + ", expected " +
+                                                 std::to_string(next_sample) +
+                                                 " (the sum of the samples before it)");
+    }
+
+    STOKER_RETURN_IF_ERROR(c.GetString(sj, "index_hash", path + ".index_hash", &s));
+    if (!ParseHex16(*s, &info.index_hash)) {
+      return c.Error(path + ".index_hash", "'" + *s + "' is not 16 lowercase hex digits");
+    }
+
+    // Cannot overflow in practice (each term < 2^32, fewer than 2^32 shards),
+    // but the input is untrusted.
+    if (__builtin_add_overflow(next_sample, info.samples, &next_sample) ||
+        __builtin_add_overflow(record_area,
+                               info.bytes - kShardHeaderBytes - info.samples * entry_bytes,
+                               &record_area)) {
+      return c.Error(path, "totals overflow");
+    }
+    if (!keys.insert(info.key).second) {
+      return c.Error(path + ".key", "duplicate key '" + info.key + "'");
+    }
+    m->shards.push_back(info);
+  }
+
+  if (m->sample_count != next_sample) {
+    return c.Error("sample_count", std::to_string(m->sample_count) + ", but the shards hold " +
+                                       std::to_string(next_sample));
+  }
+  if (m->payload_bytes > record_area) {
+    return c.Error("payload_bytes", std::to_string(m->payload_bytes) +
+                                        " does not fit in the shards' record areas (" +
+                                        std::to_string(record_area) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+// §2.2: a v2 manifest's `shard_table`, into m->table.
+Status DecodeTableRef(const json& root, const Checker& c, Manifest* m) {
+  const json* t;
+  STOKER_RETURN_IF_ERROR(c.Get(root, "shard_table", "shard_table", &t));
+  if (!t->is_object()) return c.TypeError("shard_table", "an object", *t);
+  const std::string* s;
+  STOKER_RETURN_IF_ERROR(c.GetString(*t, "key", "shard_table.key", &s));
+  if (std::string problem = KeyProblem(*s); !problem.empty()) {
+    return c.Error("shard_table.key", "bad key '" + *s + "': " + problem);
+  }
+  m->table.key = *s;
+  STOKER_RETURN_IF_ERROR(
+      c.GetUnsigned(*t, "records", "shard_table.records", UINT32_MAX, &m->table.records));
+  STOKER_RETURN_IF_ERROR(
+      c.GetUnsigned(*t, "bytes", "shard_table.bytes", UINT64_MAX, &m->table.bytes));
+  // Each record takes 24 bytes and its block checksum at least 8/2^20: the
+  // header and the records are a lower bound (§7.1).
+  const uint64_t least = kShardTableHeaderBytes + m->table.records * kShardTableRecordBytes;
+  if (m->table.bytes < least) {
+    return c.Error("shard_table.bytes", std::to_string(m->table.bytes) + " is less than " +
+                                            std::to_string(least) + " for " +
+                                            std::to_string(m->table.records) + " records");
+  }
+  STOKER_RETURN_IF_ERROR(c.GetString(*t, "header_hash", "shard_table.header_hash", &s));
+  if (!ParseHex16(*s, &m->table.header_hash)) {
+    return c.Error("shard_table.header_hash", "'" + *s + "' is not 16 lowercase hex digits");
+  }
+  return Status::Ok();
+}
+
+// §2.4, "consistency of the totals": what needs no shard list (the rest is
+// checked against the shards: DecodeShardsV1, ShardTableReader::Finish).
+Status CheckTotals(const Checker& c, uint64_t min_record, const Manifest& m) {
+  uint64_t least_payload;
+  if (__builtin_mul_overflow(m.sample_count, min_record, &least_payload) ||
+      m.payload_bytes < least_payload) {
+    return c.Error("payload_bytes", std::to_string(m.payload_bytes) + " is less than " +
+                                        std::to_string(min_record) + " bytes per sample");
+  }
+  if (m.max_sample_bytes > m.payload_bytes) {
+    return c.Error("max_sample_bytes", std::to_string(m.max_sample_bytes) +
+                                           " is larger than payload_bytes " +
+                                           std::to_string(m.payload_bytes));
+  }
+  uint64_t most_payload;
+  if (!__builtin_mul_overflow(m.sample_count, m.max_sample_bytes, &most_payload) &&
+      m.payload_bytes > most_payload) {
+    return c.Error("max_sample_bytes",
+                   std::to_string(m.max_sample_bytes) + " times " + std::to_string(m.sample_count) +
+                       " samples is less than payload_bytes " + std::to_string(m.payload_bytes));
+  }
+  if (m.sample_count > 0 && m.max_sample_bytes < min_record) {
+    return c.Error("max_sample_bytes", std::to_string(m.max_sample_bytes) +
+                                           " is less than the smallest record (" +
+                                           std::to_string(min_record) + " bytes)");
+  }
+  return Status::Ok();
+}
+
 Status DecodeBody(const json& root, uint32_t header_version, std::string_view where, Manifest* m) {
   Checker c(where);
   STOKER_RETURN_IF_ERROR(c.CheckFormatVersion(root, header_version));
   m->format_version = header_version;
-  uint64_t u;
 
   const std::string* s;
   STOKER_RETURN_IF_ERROR(c.GetString(root, "dataset_id", "dataset_id", &s));
@@ -144,111 +284,12 @@ Status DecodeBody(const json& root, uint32_t header_version, std::string_view wh
   STOKER_RETURN_IF_ERROR(c.GetUnsigned(root, "max_sample_bytes", "max_sample_bytes", UINT64_MAX,
                                        &m->max_sample_bytes));
 
-  // shards
-  STOKER_RETURN_IF_ERROR(c.GetArray(root, "shards", "shards", &arr));
-  if (arr->size() > UINT32_MAX) return c.Error("shards", "more than 2^32-1 shards");
-  m->shards.reserve(arr->size());
-  std::unordered_set<std::string_view> keys;
-  keys.reserve(arr->size());
-  uint64_t next_sample = 0;  // running sum of samples
-  uint64_t record_area = 0;  // Σ(bytes - 64 - samples * entry_bytes)
-  for (size_t i = 0; i < arr->size(); ++i) {
-    const json& sj = (*arr)[i];
-    std::string path = Indexed("shards", i);
-    if (!sj.is_object()) return c.TypeError(path, "an object", sj);
-    ShardInfo info;
-
-    STOKER_RETURN_IF_ERROR(c.GetString(sj, "key", path + ".key", &s));
-    if (std::string problem = KeyProblem(*s); !problem.empty()) {
-      return c.Error(path + ".key", "bad key '" + *s + "': " + problem);
-    }
-    info.key = *s;
-
-    STOKER_RETURN_IF_ERROR(c.GetUnsigned(sj, "bytes", path + ".bytes", UINT64_MAX, &info.bytes));
-    if (info.bytes % kShardAlignment != 0) {
-      return c.Error(path + ".bytes", std::to_string(info.bytes) + " is not a multiple of " +
-                                          std::to_string(kShardAlignment));
-    }
-    if (info.bytes < kShardAlignment || info.bytes > kMaxShardBytes) {
-      return c.Error(path + ".bytes", std::to_string(info.bytes) + " is outside " +
-                                          std::to_string(kShardAlignment) + ".." +
-                                          std::to_string(kMaxShardBytes));
-    }
-
-    STOKER_RETURN_IF_ERROR(c.GetUnsigned(sj, "samples", path + ".samples", UINT32_MAX, &u));
-    info.samples = static_cast<uint32_t>(u);
-    const uint64_t max_samples = (info.bytes - kShardHeaderBytes) / entry_bytes;
-    if (u < 1 || u > max_samples) {
-      return c.Error(path + ".samples", std::to_string(u) + " is outside 1.." +
-                                            std::to_string(max_samples) + " for a shard of " +
-                                            std::to_string(info.bytes) + " bytes");
-    }
-
-    STOKER_RETURN_IF_ERROR(
-        c.GetUnsigned(sj, "first_sample", path + ".first_sample", UINT64_MAX, &info.first_sample));
-    if (info.first_sample != next_sample) {
-      return c.Error(path + ".first_sample", std::to_string(info.first_sample) + ", expected " +
-                                                 std::to_string(next_sample) +
-                                                 " (the sum of the samples before it)");
-    }
-
-    STOKER_RETURN_IF_ERROR(c.GetString(sj, "index_hash", path + ".index_hash", &s));
-    if (!ParseHex16(*s, &info.index_hash)) {
-      return c.Error(path + ".index_hash", "'" + *s + "' is not 16 lowercase hex digits");
-    }
-
-    // Cannot overflow in practice (each term < 2^32, fewer than 2^32 shards),
-    // but the input is untrusted.
-    if (__builtin_add_overflow(next_sample, info.samples, &next_sample) ||
-        __builtin_add_overflow(record_area,
-                               info.bytes - kShardHeaderBytes - info.samples * entry_bytes,
-                               &record_area)) {
-      return c.Error(path, "totals overflow");
-    }
-    m->shards.push_back(std::move(info));
+  if (header_version == 1) {
+    STOKER_RETURN_IF_ERROR(DecodeShardsV1(root, c, entry_bytes, m));
+  } else {
+    STOKER_RETURN_IF_ERROR(DecodeTableRef(root, c, m));
   }
-  // Keys are checked for uniqueness once the vector no longer moves.
-  for (size_t i = 0; i < m->shards.size(); ++i) {
-    if (!keys.insert(m->shards[i].key).second) {
-      return c.Error(Indexed("shards", i) + ".key", "duplicate key '" + m->shards[i].key + "'");
-    }
-  }
-
-  // totals (§2.4, "consistency of the totals")
-  if (m->sample_count != next_sample) {
-    return c.Error("sample_count", std::to_string(m->sample_count) + ", but the shards hold " +
-                                       std::to_string(next_sample));
-  }
-  uint64_t least_payload;
-  if (__builtin_mul_overflow(m->sample_count, min_record, &least_payload) ||
-      m->payload_bytes < least_payload) {
-    return c.Error("payload_bytes", std::to_string(m->payload_bytes) + " is less than " +
-                                        std::to_string(min_record) + " bytes per sample");
-  }
-  if (m->payload_bytes > record_area) {
-    return c.Error("payload_bytes", std::to_string(m->payload_bytes) +
-                                        " does not fit in the shards' record areas (" +
-                                        std::to_string(record_area) + " bytes)");
-  }
-  if (m->max_sample_bytes > m->payload_bytes) {
-    return c.Error("max_sample_bytes", std::to_string(m->max_sample_bytes) +
-                                           " is larger than payload_bytes " +
-                                           std::to_string(m->payload_bytes));
-  }
-  uint64_t most_payload;
-  if (!__builtin_mul_overflow(m->sample_count, m->max_sample_bytes, &most_payload) &&
-      m->payload_bytes > most_payload) {
-    return c.Error("max_sample_bytes", std::to_string(m->max_sample_bytes) + " times " +
-                                           std::to_string(m->sample_count) +
-                                           " samples is less than payload_bytes " +
-                                           std::to_string(m->payload_bytes));
-  }
-  if (m->sample_count > 0 && m->max_sample_bytes < min_record) {
-    return c.Error("max_sample_bytes", std::to_string(m->max_sample_bytes) +
-                                           " is less than the smallest record (" +
-                                           std::to_string(min_record) + " bytes)");
-  }
-  return Status::Ok();
+  return CheckTotals(c, min_record, *m);
 }
 
 Result<Manifest> DecodeManifestImpl(std::span<const std::byte> data, std::string_view where) {
@@ -287,19 +328,12 @@ int Manifest::FieldIndex(std::string_view name) const {
   return -1;
 }
 
-int64_t Manifest::ShardOf(uint64_t sample) const {
-  auto it =
-      std::upper_bound(shards.begin(), shards.end(), sample,
-                       [](uint64_t s, const ShardInfo& info) { return s < info.first_sample; });
-  if (it == shards.begin()) return -1;
-  --it;
-  if (sample - it->first_sample >= it->samples) return -1;
-  return it - shards.begin();
-}
+namespace {
 
-std::string EncodeManifest(const Manifest& m) {
+// The body's keys before the shards, common to v1 and v2 (§2.2).
+nlohmann::ordered_json BodyHead(const Manifest& m, uint32_t version) {
   nlohmann::ordered_json j;
-  j["format_version"] = m.format_version;
+  j["format_version"] = version;
   j["dataset_id"] = m.IdHex();
   j["created_by"] = m.created_by;
   auto& fields = j["fields"] = nlohmann::ordered_json::array();
@@ -310,18 +344,38 @@ std::string EncodeManifest(const Manifest& m) {
   j["sample_count"] = m.sample_count;
   j["payload_bytes"] = m.payload_bytes;
   j["max_sample_bytes"] = m.max_sample_bytes;
-  auto& shards = j["shards"] = nlohmann::ordered_json::array();
-  for (const ShardInfo& s : m.shards) {
-    shards.push_back({{"key", s.key},
-                      {"bytes", s.bytes},
-                      {"samples", s.samples},
-                      {"first_sample", s.first_sample},
-                      {"index_hash", Hex16(s.index_hash)}});
-  }
+  return j;
+}
+
+std::string Frame(const nlohmann::ordered_json& j, uint32_t version) {
   // error_handler_t::replace: invalid UTF-8 in a string becomes U+FFFD
   // instead of an exception (§2.2).
   std::string body = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  return EncodeFramed(kFramed, m.format_version, body);
+  return EncodeFramed(kFramed, version, body);
+}
+
+}  // namespace
+
+std::string EncodeManifest(const Manifest& m) {
+  nlohmann::ordered_json j = BodyHead(m, kFormatVersion);
+  j["shard_table"] = {{"key", m.table.key},
+                      {"records", m.table.records},
+                      {"bytes", m.table.bytes},
+                      {"header_hash", Hex16(m.table.header_hash)}};
+  return Frame(j, kFormatVersion);
+}
+
+std::string EncodeManifestV1(const Manifest& m) {
+  nlohmann::ordered_json j = BodyHead(m, 1);
+  auto& shards = j["shards"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < m.shards.size(); ++i) {
+    shards.push_back({{"key", m.shards.key(i)},
+                      {"bytes", m.shards.bytes(i)},
+                      {"samples", m.shards.samples(i)},
+                      {"first_sample", m.shards.first_sample(i)},
+                      {"index_hash", Hex16(m.shards.index_hash(i))}});
+  }
+  return Frame(j, 1);
 }
 
 Result<Manifest> DecodeManifest(std::span<const std::byte> data, std::string_view where) {
@@ -356,27 +410,31 @@ DatasetId NewDatasetId() {
   return id;
 }
 
-std::string ShardKey(uint32_t shard_number) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "shards/%06u.stks", shard_number);
-  return buf;
-}
-
-ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number) {
+namespace {
+// What every shard of `m` must agree with, as shard `shard_number`.
+ShardExpectation DatasetExpectation(const Manifest& m, uint32_t shard_number) {
   ShardExpectation e;
   e.shard_number = shard_number;
   e.dataset_id = m.dataset_id;
   e.field_count = static_cast<uint32_t>(m.fields.size());
   e.fields = m.fields;
-  if (shard_number < m.shards.size()) {
-    const ShardInfo& s = m.shards[shard_number];
-    e.key = s.key;
-    e.samples = s.samples;
-    e.bytes = s.bytes;
-    e.index_hash = s.index_hash;
-    e.first_sample = s.first_sample;
-  }
   return e;
+}
+}  // namespace
+
+ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number, const ShardInfo& shard) {
+  ShardExpectation e = DatasetExpectation(m, shard_number);
+  e.key = shard.key;
+  e.samples = shard.samples;
+  e.bytes = shard.bytes;
+  e.index_hash = shard.index_hash;
+  e.first_sample = shard.first_sample;
+  return e;
+}
+
+ShardExpectation ExpectationFor(const Manifest& m, uint32_t shard_number) {
+  if (shard_number >= m.shards.size()) return DatasetExpectation(m, shard_number);
+  return ExpectationFor(m, shard_number, m.shards[shard_number]);
 }
 
 }  // namespace stoker::format

@@ -130,7 +130,7 @@ std::vector<std::byte> ShardBuilder::Finish(uint64_t* index_hash) {
 
   std::byte* h = out.data();
   std::memcpy(h + kOffMagic, kShardMagic, sizeof kShardMagic);
-  StoreLE<uint32_t>(h + kOffVersion, kFormatVersion);
+  StoreLE<uint32_t>(h + kOffVersion, kShardVersion);
   StoreLE<uint16_t>(h + kOffFieldCount, static_cast<uint16_t>(fields_.size()));
   StoreLE<uint16_t>(h + kOffEntryBytes,
                     static_cast<uint16_t>(IndexEntryBytes(static_cast<uint32_t>(fields_.size()))));
@@ -213,9 +213,9 @@ Result<ShardView> ShardView::ParseCommon(const Parts& parts, std::string_view ke
   // 4: before the header hash, which a newer version may place elsewhere.
   const uint32_t version = LoadLE<uint32_t>(p + kOffVersion);
   if (version == 0) return Corruption(k + ": format version 0");
-  if (version > kFormatVersion) {
+  if (version > kShardVersion) {
     return Unsupported(k + ": written by a newer stoker (format v" + std::to_string(version) +
-                       "; this build reads v" + std::to_string(kFormatVersion) + ")");
+                       "; this build reads v" + std::to_string(kShardVersion) + ")");
   }
   // 5
   const uint64_t header_hash = LoadLE<uint64_t>(p + kOffHeaderHash);

@@ -156,7 +156,7 @@ std::shared_ptr<Assembly::Job> Assembly::Open(uint64_t b) {
     job->padding[k] = plan_.IsPadding(j);
     job->uses[k] = use;
     job->locals[k] =
-        uint32_t(id - config_.manifest->shards[schedule_.uses[use].shard].first_sample);
+        uint32_t(id - config_.manifest->shards.first_sample(schedule_.uses[use].shard));
   }
   if (!st.ok()) {
     job->failed = true;

@@ -149,9 +149,11 @@ LoaderImpl::LoaderImpl(std::shared_ptr<LoaderCounters> counters, std::shared_ptr
       columns_(std::move(columns)),
       column_fields_(std::move(column_fields)) {
   uint64_t max_shard_bytes = 0;
-  for (const auto& s : manifest_.shards) {
-    shard_samples_.push_back(s.samples);
-    max_shard_bytes = std::max(max_shard_bytes, s.bytes);
+  const format::ShardTable& shards = manifest_.shards;
+  shard_samples_.reserve(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    shard_samples_.push_back(shards.samples(i));
+    max_shard_bytes = std::max(max_shard_bytes, shards.bytes(i));
   }
   store_ = std::move(store);
   const std::string& unit = options_.read_unit;
@@ -166,9 +168,15 @@ LoaderImpl::LoaderImpl(std::shared_ptr<LoaderCounters> counters, std::shared_ptr
   slot_bytes_ = max_shard_bytes;
   if (sample_reads_) {
     slot_bytes_ = 0;
-    for (uint32_t i = 0; i < manifest_.shards.size(); ++i) {
+    // IndexRange needs a shard's size and sample count only: no key made
+    // per shard.
+    format::ShardExpectation e;
+    e.field_count = uint32_t(manifest_.fields.size());
+    for (size_t i = 0; i < shards.size(); ++i) {
+      e.samples = shards.samples(i);
+      e.bytes = shards.bytes(i);
       uint64_t offset, length;
-      ShardView::IndexRange(format::ExpectationFor(manifest_, i), &offset, &length);
+      ShardView::IndexRange(e, &offset, &length);
       slot_bytes_ = std::max(slot_bytes_, format::kShardHeaderBytes + length);
     }
     first_column_of_field_.assign(manifest_.fields.size(), -1);

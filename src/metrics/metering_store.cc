@@ -145,6 +145,11 @@ class MeteringStoreImpl final : public StoreWrapper {
         StoreOp::kList, [&] { return target()->List(p); },
         [](const std::vector<ObjectInfo>&) { return size_t{0}; });
   }
+  Result<std::vector<std::string>> ListKeys(std::string_view p) override {
+    return Timed(
+        StoreOp::kList, [&] { return target()->ListKeys(p); },
+        [](const std::vector<std::string>&) { return size_t{0}; });
+  }
   Status Remove(std::string_view k) override {
     const auto begin = Clock::now();
     Status s = target()->Remove(k);

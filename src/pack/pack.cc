@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
-#include <unordered_set>
 
 #include "core/file_util.h"
 #include "stoker/plan.h"
@@ -25,6 +25,37 @@ namespace {
 bool Hidden(const fs::path& p) {
   const std::string name = p.filename().string();
   return !name.empty() && name[0] == '.';
+}
+
+// A pack's note of the shards it may write (docs/format.md §5.1): written
+// before the first shard, removed after the commit. "STOKER-PACK-PENDING N\n".
+constexpr std::string_view kPendingKey = "pack.pending";
+constexpr std::string_view kPendingMagic = "STOKER-PACK-PENDING ";
+
+// How many shards the pack that left a note meant to write; 0 without one.
+// A note that does not parse (another tool's object of that name) counts as
+// none: the worst case is shards left behind, which are harmless.
+Result<uint64_t> ReadPending(Store& dst) {
+  auto raw = dst.ReadAll(kPendingKey);
+  if (!raw.ok()) {
+    if (raw.status().code() == Code::kNotFound) return uint64_t{0};
+    return raw.status().WithContext("reading " + dst.uri() + "/" + std::string(kPendingKey));
+  }
+  const std::string_view text(reinterpret_cast<const char*>(raw->data()), raw->size());
+  if (!text.starts_with(kPendingMagic) || !text.ends_with('\n')) return uint64_t{0};
+  const std::string_view digits =
+      text.substr(kPendingMagic.size(), text.size() - kPendingMagic.size() - 1);
+  uint64_t shards = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), shards);
+  if (ec != std::errc() || end != digits.data() + digits.size() || shards > UINT32_MAX) {
+    return uint64_t{0};
+  }
+  return shards;
+}
+
+Status WritePending(Store& dst, uint64_t shards) {
+  const std::string text = std::string(kPendingMagic) + std::to_string(shards) + "\n";
+  return dst.Put(kPendingKey, std::as_bytes(std::span(text.data(), text.size())));
 }
 
 // Reads a whole source file into `out`. Errors name the file.
@@ -196,14 +227,26 @@ Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const Pac
     cuts.push_back({begin, n});
   }
   if (cuts.size() > UINT32_MAX) return InvalidArgument("too many shards");
-  m.shards.resize(cuts.size());
+  // What an earlier pack here that did not finish meant to write, and what
+  // this one will write, before any shard is: whichever is killed, the next
+  // pack knows which shards may be left behind, without listing the store.
+  STOKER_ASSIGN_OR_RETURN(const uint64_t earlier, ReadPending(dst));
+  STOKER_RETURN_IF_ERROR(WritePending(dst, std::max<uint64_t>(earlier, cuts.size())));
+
+  // Each shard's entry, by shard number, as the workers finish them.
+  struct Written {
+    uint64_t bytes = 0;
+    uint32_t samples = 0;
+    uint64_t index_hash = 0;
+  };
+  std::vector<Written> written(cuts.size());
 
   uint32_t threads = options.threads;
   if (threads == 0) threads = std::max(2u, 2 * std::thread::hardware_concurrency());
   threads = std::min<uint32_t>(threads, static_cast<uint32_t>(cuts.size()));
 
   std::atomic<size_t> next{0};
-  std::mutex mu;  // guards first_error, progress, m.shards
+  std::mutex mu;  // guards first_error, progress, m's totals
   Status first_error;
   PackProgress progress;
   progress.files_total = n;
@@ -228,15 +271,14 @@ Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const Pac
         if (!st.ok()) st = st.WithContext(sources.files[i].path);
         bytes_in += data.size();
       }
-      format::ShardInfo info;
+      Written w;
       if (st.ok()) {
-        info.key = format::ShardKey(static_cast<uint32_t>(s));
-        info.samples = builder.sample_count();
+        w.samples = builder.sample_count();
         const uint64_t payload = builder.payload_bytes();
         const uint64_t max_sample = builder.max_sample_bytes();
-        std::vector<std::byte> shard = builder.Finish(&info.index_hash);
-        info.bytes = shard.size();
-        st = dst.Put(info.key, shard);
+        std::vector<std::byte> shard = builder.Finish(&w.index_hash);
+        w.bytes = shard.size();
+        st = dst.Put(format::ShardKey(static_cast<uint32_t>(s)), shard);
         if (st.ok()) {
           std::lock_guard lock(mu);
           m.payload_bytes += payload;
@@ -249,7 +291,7 @@ Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const Pac
         failed = true;
         return;
       }
-      m.shards[s] = std::move(info);
+      written[s] = w;
       progress.files_done += cuts[s].end - cuts[s].begin;
       progress.bytes_done += bytes_in;
       progress.shards_written++;
@@ -263,27 +305,26 @@ Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const Pac
     return first_error.WithContext("pack into " + dst.uri() + " failed, no dataset was created");
   }
 
-  uint64_t first_sample = 0;
-  for (auto& s : m.shards) {
-    s.first_sample = first_sample;
-    first_sample += s.samples;
-  }
-  m.sample_count = first_sample;
+  m.shards.reserve(written.size());
+  for (const Written& w : written) m.shards.AppendNumbered(w.bytes, w.samples, w.index_hash);
+  m.sample_count = m.shards.total_samples();
 
-  // The commit.
+  // The shard table, then the commit: the manifest, which names the table
+  // by its header's hash, so that a table left by a killed pack is never
+  // taken for this one's (docs/format.md §5.1).
+  const std::vector<std::byte> table = format::EncodeShardTable(m, &m.table);
+  STOKER_RETURN_IF_ERROR(dst.Put(m.table.key, table));
   const std::string text = format::EncodeManifest(m);
   STOKER_RETURN_IF_ERROR(
       dst.Put(format::kManifestKey, std::as_bytes(std::span(text.data(), text.size()))));
 
-  // Shards left behind by an earlier, killed pack are not part of this
-  // dataset; remove them (best effort: they are harmless, only wasted space).
-  if (auto listed = dst.List("shards/"); listed.ok()) {
-    std::unordered_set<std::string> ours;
-    for (const auto& s : m.shards) ours.insert(s.key);
-    for (const auto& obj : *listed) {
-      if (!ours.count(obj.key)) (void)dst.Remove(obj.key);
-    }
+  // Shards an earlier, killed pack wrote past this one's last are not part
+  // of this dataset; remove them (best effort: they are harmless, only
+  // wasted space), then the note that named them.
+  for (uint64_t s = cuts.size(); s < earlier; ++s) {
+    (void)dst.Remove(format::ShardKey(static_cast<uint32_t>(s)));
   }
+  (void)dst.Remove(kPendingKey);
   return m;
 }
 

@@ -263,6 +263,21 @@ class PosixStore final : public Store {
   }
 
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    return ListUnder(prefix, /*sizes=*/true);
+  }
+
+  // A folder entry that says it is a file or a folder (d_type; ext4, xfs,
+  // btrfs, tmpfs do) needs no stat: on a network file system each is a
+  // round trip.
+  Result<std::vector<std::string>> ListKeys(std::string_view prefix) override {
+    STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, ListUnder(prefix, /*sizes=*/false));
+    std::vector<std::string> keys;
+    keys.reserve(objects.size());
+    for (ObjectInfo& o : objects) keys.push_back(std::move(o.key));
+    return keys;
+  }
+
+  Result<std::vector<ObjectInfo>> ListUnder(std::string_view prefix, bool sizes) {
     STOKER_RETURN_IF_ERROR(store_internal::ValidatePrefix(prefix));
     // Walk only the folder the prefix ends in, filtering its entries by the
     // prefix's last, partial component; everything below a match matches.
@@ -284,7 +299,7 @@ class PosixStore final : public Store {
       return SysError("open", dir);
     }
     const std::string rel = dir_part.empty() ? "" : std::string(dir_part) + "/";
-    STOKER_RETURN_IF_ERROR(Walk(fd, dir, rel, name_filter, &out));
+    STOKER_RETURN_IF_ERROR(Walk(fd, dir, rel, name_filter, sizes, &out));
     std::sort(out.begin(), out.end(),
               [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
     return out;
@@ -491,8 +506,10 @@ class PosixStore final : public Store {
   // Lists regular files (and symlinks to them) under the open folder `fd`
   // (which it takes over), skipping dot-names: temporary files and anything
   // that is not a valid key. Symlinked folders are not followed (no loops).
+  // Without `sizes`, sizes are 0 and entries whose type the folder gives are
+  // not stat'ed.
   static Status Walk(int fd, const std::string& dir, const std::string& rel,
-                     std::string_view name_filter, std::vector<ObjectInfo>* out) {
+                     std::string_view name_filter, bool sizes, std::vector<ObjectInfo>* out) {
     DIR* d = ::fdopendir(fd);
     if (d == nullptr) {
       const int err = errno;
@@ -509,6 +526,10 @@ class PosixStore final : public Store {
       }
       const std::string_view name = e->d_name;
       if (name.empty() || name.front() == '.' || !name.starts_with(name_filter)) continue;
+      if (!sizes && e->d_type == DT_REG) {
+        out->push_back({rel + std::string(name), 0});
+        continue;
+      }
       struct stat sb;
       if (::fstatat(::dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) continue;  // removed while we walk
@@ -518,7 +539,7 @@ class PosixStore final : public Store {
       }
       if (S_ISLNK(sb.st_mode) && ::fstatat(::dirfd(d), e->d_name, &sb, 0) != 0) continue;
       if (S_ISREG(sb.st_mode)) {
-        out->push_back({rel + std::string(name), static_cast<uint64_t>(sb.st_size)});
+        out->push_back({rel + std::string(name), sizes ? static_cast<uint64_t>(sb.st_size) : 0});
       } else if (S_ISDIR(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
         const int child =
             ::openat(::dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -528,7 +549,8 @@ class PosixStore final : public Store {
           st = ErrnoToStatus(err, "open " + dir + "/" + std::string(name));
           break;
         }
-        st = Walk(child, dir + "/" + std::string(name), rel + std::string(name) + "/", "", out);
+        st = Walk(child, dir + "/" + std::string(name), rel + std::string(name) + "/", "", sizes,
+                  out);
       }
     }
     ::closedir(d);

@@ -24,8 +24,9 @@
 // default) are refused before anything is sent.
 //
 // List walks the whole pool (RADOS has no prefix index) and filters by name;
-// sizes come from concurrent stats. Fine for a dataset's few thousand
-// shards, slow on pools with millions of unrelated objects.
+// sizes come from concurrent stats, which ListKeys skips. Fine for a
+// dataset's few thousand shards, slow on pools with millions of unrelated
+// objects: nothing in stoker lists a pool to find names it wrote itself.
 //
 // One cluster handle (rados_t + rados_ioctx_t) per store, shared by the
 // store and its queues (a queue may outlive its store); librados handles are
@@ -335,6 +336,12 @@ class RadosStore final : public Store {
   }
 
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    STOKER_ASSIGN_OR_RETURN(std::vector<std::string> keys, ListKeys(prefix));
+    return StatAll(keys);
+  }
+
+  // The walk of the pool alone: no stat per object.
+  Result<std::vector<std::string>> ListKeys(std::string_view prefix) override {
     STOKER_RETURN_IF_ERROR(store_internal::ValidatePrefix(prefix));
     const std::string full = cluster_->prefix + std::string(prefix);
     std::vector<std::string> keys;
@@ -362,7 +369,7 @@ class RadosStore final : public Store {
     }
     rados_nobjects_list_close(ctx);
     std::sort(keys.begin(), keys.end());
-    return StatAll(keys);
+    return keys;
   }
 
   Status Remove(std::string_view key) override {

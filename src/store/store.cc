@@ -173,11 +173,19 @@ Status Store::PutObserved(std::string_view key, std::span<const std::byte> data,
   return Put(key, data);
 }
 
+Result<std::vector<std::string>> Store::ListKeys(std::string_view prefix) {
+  STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, List(prefix));
+  std::vector<std::string> keys;
+  keys.reserve(objects.size());
+  for (ObjectInfo& o : objects) keys.push_back(std::move(o.key));
+  return keys;
+}
+
 Status Store::RemoveFolder(std::string_view folder) {
   STOKER_RETURN_IF_ERROR(store_internal::ValidateFolder(folder));
-  STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, List(folder));
-  for (const ObjectInfo& o : objects) {
-    Status s = Remove(o.key);
+  STOKER_ASSIGN_OR_RETURN(std::vector<std::string> keys, ListKeys(folder));
+  for (const std::string& key : keys) {
+    Status s = Remove(key);
     if (!s.ok() && s.code() != Code::kNotFound) return s;
   }
   return Status::Ok();
@@ -185,8 +193,8 @@ Status Store::RemoveFolder(std::string_view folder) {
 
 Result<bool> Store::RemoveEmptyFolder(std::string_view folder, std::chrono::seconds) {
   STOKER_RETURN_IF_ERROR(store_internal::ValidateFolder(folder));
-  STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, List(folder));
-  if (!objects.empty()) return false;
+  STOKER_ASSIGN_OR_RETURN(std::vector<std::string> keys, ListKeys(folder));
+  if (!keys.empty()) return false;
   return NotFound("no folder " + Quote(folder) + " at " + uri());
 }
 
