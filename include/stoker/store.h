@@ -364,6 +364,10 @@ struct StoreOptions {
   uint64_t keep_mapped_bytes = 0;
 };
 
+// `r` served at once by `store.Read`, as the completion a queue would give:
+// for read queues that serve requests through another store's Read.
+ReadCompletion ReadNow(Store& store, const ReadRequest& r);
+
 // Opens the store named by `uri`:
 //   /abs/or/rel/path, file:///abs/path   the POSIX backend rooted there
 //   mem://NAME                           a process-wide in-memory store

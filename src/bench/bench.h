@@ -186,4 +186,20 @@ struct SynthOptions {
 };
 Result<uint64_t> SynthesizeImageFolder(const std::string& root, const SynthOptions& options);
 
+// `stoker bench scale`'s datasets: the manifest and shard table of
+// `samples` samples of `sample_bytes` bytes (one bytes field, "data") over
+// `shards` shards, written to `dst` as the writer writes them, without the
+// shards, which NewSyntheticShardStore makes on read (ShardBuilder, the
+// same bytes on every read). O(shards) time and table bytes.
+struct ScaleDatasetOptions {
+  uint64_t samples = 0;
+  uint64_t shards = 0;
+  uint32_t sample_bytes = 8;
+};
+Result<format::Manifest> WriteScaleDataset(Store& dst, const ScaleDatasetOptions& options);
+// `target` holding a dataset of WriteScaleDataset, with its shards made on
+// read: each read of a shard builds it (O(its samples)). Keeps O(1) memory.
+// Shard keys are read-only (PermissionDenied); the rest goes to `target`.
+Result<std::shared_ptr<Store>> NewSyntheticShardStore(std::shared_ptr<Store> target);
+
 }  // namespace stoker

@@ -53,14 +53,7 @@ void CacheQueue::Serve() {
       r = std::move(pending_.front());
       pending_.pop_front();
     }
-    ReadCompletion c;
-    c.tag = r.tag;
-    auto n = store_->Read(r.key, r.offset, r.dst);
-    if (n.ok()) {
-      c.bytes = *n;
-    } else {
-      c.status = n.status();
-    }
+    ReadCompletion c = ReadNow(*store_, r);
     {
       std::lock_guard lock(mu_);
       done_.push_back(std::move(c));

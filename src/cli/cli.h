@@ -2,9 +2,12 @@
 // thin shell over the library, registered from main.cc.
 #pragma once
 
+#include <sys/types.h>
+
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "stoker/status.h"
 
@@ -40,6 +43,18 @@ void RegisterBenchH2d(CLI::App* bench, Action* action);
 void RegisterBenchGpuLoader(CLI::App* bench, Action* action);
 // `bench node` (N rank processes sharing one node cache), under `bench`.
 void RegisterBenchNode(CLI::App* bench, Action* action);
+// `bench scale` (open, plan and first batch against the dataset's size).
+void RegisterBenchScale(CLI::App* bench, Action* action);
+
+// This program again (/proc/self/exe) with `argv` (argv[0] first), its
+// stdin and stdout on pipes: write to `in`, read its stdout from `out`. The
+// rank processes of `bench node` and `bench scale`.
+struct SelfChild {
+  pid_t pid = -1;
+  int in = -1;
+  int out = -1;
+};
+Result<SelfChild> SpawnSelf(std::vector<std::string> argv);
 
 // `stoker doctor` (cmd_doctor.cc).
 void RegisterDoctor(CLI::App& app, Action* action);

@@ -139,8 +139,6 @@ std::vector<uint64_t> Optimum(const std::string& log, std::span<const uint64_t> 
 // Starts rank `r` of job `job` (this program again) with pipes for its
 // reports (its stdout) and the barrier (its stdin).
 Result<Child> StartRank(const NodeArgs& a, uint32_t job, uint32_t r) {
-  int out[2], in[2];
-  if (pipe(out) != 0 || pipe(in) != 0) return ErrnoToStatus(errno, "pipe");
   std::vector<std::string> argv = {"stoker",           "bench",
                                    "node-rank",        a.uri,
                                    "--rank",           std::to_string(r),
@@ -161,25 +159,8 @@ Result<Child> StartRank(const NodeArgs& a, uint32_t job, uint32_t r) {
     argv.push_back("--cache");
     argv.push_back(a.cache);
   }
-  const pid_t pid = fork();
-  if (pid < 0) return ErrnoToStatus(errno, "fork");
-  if (pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    close(in[0]);
-    close(in[1]);
-    close(out[0]);
-    close(out[1]);
-    std::vector<char*> args;
-    for (auto& s : argv) args.push_back(s.data());
-    args.push_back(nullptr);
-    execv("/proc/self/exe", args.data());
-    std::perror("stoker bench node: exec");
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  return Child{pid, out[0], in[1], "", job, r};
+  STOKER_ASSIGN_OR_RETURN(SelfChild c, SpawnSelf(std::move(argv)));
+  return Child{c.pid, c.out, c.in, "", job, r};
 }
 
 using Reports = std::map<uint32_t, std::vector<nlohmann::json>>;  // epoch -> the ranks'

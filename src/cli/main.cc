@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   RegisterBenchH2d(app.get_subcommand("bench"), &action);
   RegisterBenchGpuLoader(app.get_subcommand("bench"), &action);
   RegisterBenchNode(app.get_subcommand("bench"), &action);
+  RegisterBenchScale(app.get_subcommand("bench"), &action);
   RegisterDemo(app, &action);
   RegisterCkpt(app, &action);
   RegisterCompletion(app, &action);

@@ -31,12 +31,15 @@ void ShardSource::IndexLoop() {
       if (stop_ || next_read_ >= state_.size()) return;
       use = next_read_++;
       slots_free_--;
-      state_[use].buffer = config_.pool->Get(config_.slot_bytes);
-      state_[use].state = State::kReading;
+      state_[use] = std::make_unique<UseState>();
+      state_[use]->buffer = config_.pool->Get(config_.slot_bytes);
+      state_[use]->state = State::kReading;
     }
-    Status st = LoadIndex(state_[use], schedule_.uses[use].shard);
+    // Live until its last batch is built, which waits for this Finish.
+    UseState& u = *state_[use];
+    Status st = LoadIndex(u, schedule_.uses[use].shard);
     if (st.ok()) LoaderCounters::Add(config_.counters->shards_read, 1);
-    Finish(state_[use], std::move(st));
+    Finish(u, std::move(st));
   }
 }
 
@@ -100,7 +103,7 @@ std::string ShardSource::Where(const ShardView& v, uint32_t local) const {
 // over the bytes just landed (in cache).
 Result<uint64_t> ShardSource::ReadRecord(uint32_t use, uint32_t local,
                                          std::span<std::byte* const> dst) {
-  const UseState& u = state_[use];
+  const UseState& u = *state_[use];
   if (!u.mapped.empty()) return MappedRecord(u, local, dst);
   const ShardView& v = u.view;
   const uint32_t fields = v.field_count();

@@ -8,8 +8,11 @@ namespace stoker {
 using format::ShardView;
 
 ShardSource::ShardSource(ShardSourceConfig config, const Schedule& schedule)
-    : config_(std::move(config)), schedule_(schedule), state_(schedule.uses.size()) {
-  for (size_t u = 0; u < state_.size(); ++u) state_[u].batches_left = schedule_.uses[u].batches;
+    : config_(std::move(config)),
+      schedule_(schedule),
+      state_(schedule.uses.size()),
+      batches_left_(new std::atomic<uint32_t>[schedule.uses.size()]) {
+  for (size_t u = 0; u < state_.size(); ++u) batches_left_[u] = schedule_.uses[u].batches;
   slots_free_ = config_.slots;
 }
 
@@ -29,17 +32,25 @@ void ShardSource::Stop() {
 Status ShardSource::WaitForBatch(uint64_t b, bool* stopped) {
   const UseRange uses = schedule_.BatchUses(b);
   std::unique_lock lock(mu_);
+  // A use not started yet has no state: it is pending, or failed with
+  // FailAll's error.
   cv_.wait(lock, [&] {
     if (stop_) return true;
     for (uint32_t u : uses) {
-      if (state_[u].state != State::kReady && state_[u].state != State::kFailed) return false;
+      const UseState* s = state_[u].get();
+      if (s == nullptr ? failed_all_.ok()
+                       : s->state != State::kReady && s->state != State::kFailed) {
+        return false;
+      }
     }
     return true;
   });
   *stopped = stop_;
   if (stop_) return Cancelled("the epoch was stopped");
   for (uint32_t u : uses) {
-    if (state_[u].state == State::kFailed) return state_[u].error;
+    const UseState* s = state_[u].get();
+    if (s == nullptr) return failed_all_;
+    if (s->state == State::kFailed) return s->error;
   }
   return Status::Ok();
 }
@@ -47,16 +58,12 @@ Status ShardSource::WaitForBatch(uint64_t b, bool* stopped) {
 void ShardSource::BatchBuilt(uint64_t b) {
   bool freed = false;
   for (uint32_t u : schedule_.BatchUses(b)) {
-    UseState& s = state_[u];
-    if (s.batches_left.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+    if (batches_left_[u].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
     std::lock_guard lock(mu_);
     // Only a landed read may give its buffer back: a failed-over read may
     // still be in flight into it.
-    if (s.state == State::kReady) {
-      s.buffer.reset();
-      s.view = ShardView();
-      s.mapped = {};
-      s.object.reset();
+    if (state_[u] != nullptr && state_[u]->state == State::kReady) {
+      state_[u].reset();
       slots_free_++;
       freed = true;
     }
@@ -85,10 +92,11 @@ void ShardSource::Finish(UseState& u, Status st) {
 void ShardSource::FailAll(const Status& st) {
   {
     std::lock_guard lock(mu_);
+    if (failed_all_.ok()) failed_all_ = st;
     for (auto& u : state_) {
-      if (u.state == State::kPending || u.state == State::kReading) {
-        u.state = State::kFailed;
-        u.error = st;
+      if (u != nullptr && (u->state == State::kPending || u->state == State::kReading)) {
+        u->state = State::kFailed;
+        u->error = st;
       }
     }
   }
@@ -116,7 +124,8 @@ void ShardSource::ReaderLoop() {
       if (stop_) break;
       while (next_read_ < state_.size() && slots_free_ > 0 &&
              queue->Outstanding() + batch.size() < qo.depth) {
-        UseState& u = state_[next_read_];
+        state_[next_read_] = std::make_unique<UseState>();
+        UseState& u = *state_[next_read_];
         u.buffer = config_.pool->Get(config_.slot_bytes);
         u.state = State::kReading;
         slots_free_--;
@@ -163,13 +172,13 @@ ReadRequest ShardSource::RequestFor(uint64_t use) {
   ReadRequest r;
   r.key = info.key;
   r.offset = 0;
-  r.dst = {state_[use].buffer->data(), info.bytes};
+  r.dst = {state_[use]->buffer->data(), info.bytes};
   r.tag = use;
   return r;
 }
 
 void ShardSource::OnRead(const ReadCompletion& c) {
-  UseState& u = state_[c.tag];
+  UseState& u = *state_[c.tag];
   const uint32_t shard = schedule_.uses[c.tag].shard;
   const auto& info = config_.manifest->shards[shard];
   const std::string& uri = config_.store->uri();

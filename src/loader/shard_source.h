@@ -75,7 +75,7 @@ class ShardSource final {
   // loaded only for those: each loaded shard holds an open file).
   void AllowBuildUpTo(uint64_t limit);
 
-  const format::ShardView& view(uint32_t use) const { return state_[use].view; }
+  const format::ShardView& view(uint32_t use) const { return state_[use]->view; }
   // Per-sample reads: record `local` of `use` into dst[column] (fields not
   // delivered go to scratch), then its checksum; mapped reads: its checksum
   // where it lies, then its delivered fields into dst[column]. Returns the
@@ -91,7 +91,6 @@ class ShardSource final {
     format::ShardView view;
     std::shared_ptr<ObjectReader> object;  // per-sample reads
     std::span<const std::byte> mapped;     // mapped reads: object's bytes
-    std::atomic<uint32_t> batches_left{0};
   };
 
   void ReaderLoop();
@@ -109,7 +108,14 @@ class ShardSource final {
 
   const ShardSourceConfig config_;
   const Schedule& schedule_;
-  std::vector<UseState> state_;
+  // Per use: its state while it is live (from its read's start until the
+  // last batch that uses it is built), else null: a pointer per use, not a
+  // UseState per use (10^6 uses in an epoch of 10^6 shards).
+  std::vector<std::unique_ptr<UseState>> state_;
+  // Per use: batches still to build from it.
+  std::unique_ptr<std::atomic<uint32_t>[]> batches_left_;
+  // FailAll's error: every use not ready yet (live or not) has failed.
+  Status failed_all_;
   std::mutex mu_;
   std::condition_variable cv_;  // any state change; waiters re-check
   bool stop_ = false;

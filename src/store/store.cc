@@ -120,6 +120,18 @@ Status ValidateKey(std::string_view key) {
   return Status::Ok();
 }
 
+ReadCompletion ReadNow(Store& store, const ReadRequest& r) {
+  ReadCompletion c;
+  c.tag = r.tag;
+  auto n = store.Read(r.key, r.offset, r.dst);
+  if (n.ok()) {
+    c.bytes = *n;
+  } else {
+    c.status = n.status();
+  }
+  return c;
+}
+
 Result<size_t> Store::Read(std::string_view key, uint64_t offset, std::span<std::byte> dst) {
   ReadQueueOptions options;
   options.depth = 1;
