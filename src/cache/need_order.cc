@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace stoker::cache_internal {
 
@@ -62,11 +64,15 @@ Result<NeedOrder> NeedOrder::Compute(uint64_t dataset_id, std::span<const uint32
       }
     }
   }
+  // By first step, ties by shard number: sorting (step, shard) pairs reads
+  // them in place, where a comparator looking up first_step misses cache.
+  std::vector<std::pair<uint64_t, uint32_t>> by_step;
   for (uint32_t s = 0; s < shard_samples.size(); ++s) {
-    if (o.first_step[s] != kNever) o.sequence.push_back(s);
+    if (o.first_step[s] != kNever) by_step.emplace_back(o.first_step[s], s);
   }
-  std::stable_sort(o.sequence.begin(), o.sequence.end(),
-                   [&](uint32_t a, uint32_t b) { return o.first_step[a] < o.first_step[b]; });
+  std::sort(by_step.begin(), by_step.end());
+  o.sequence.reserve(by_step.size());
+  for (const auto& [step, s] : by_step) o.sequence.push_back(s);
   o.index_of.assign(shard_samples.size(), UINT32_MAX);
   for (uint32_t i = 0; i < o.sequence.size(); ++i) o.index_of[o.sequence[i]] = i;
   return o;
