@@ -966,5 +966,50 @@ TEST(LoaderDecodeTest, NotAJpegIsCorruptionNamingTheSample) {
 }
 #endif
 
+// The scale benchmark's dataset: its table as the writer writes it, its
+// shards made on read; a loader over it gets every sample once, each the
+// bytes WriteScaleDataset documents (sample i of its shard: i repeated).
+TEST(ScaleDatasetTest, ALoaderReadsEverySyntheticSampleOnce) {
+  auto meta = NewMemoryStore();
+  auto m = WriteScaleDataset(*meta, {1003, 10, 6});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->shards.size(), 10u);
+  EXPECT_EQ(m->shards.samples(0), 101u);  // 1003 = 3 x 101 + 7 x 100
+  EXPECT_EQ(m->shards.samples(9), 100u);
+  auto store = NewSyntheticShardStore(meta);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->Put("shards/000001.stks", {}).code(), Code::kPermissionDenied);
+  auto keys = (*store)->ListKeys("shards/");
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(keys->size(), 10u);
+  LoaderOptions o;
+  o.batch_size = 16;
+  o.shuffle_window_shards = 3;
+  auto l = Loader::Open(*store, o);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  std::vector<int> seen(1003, 0);
+  while (true) {
+    auto b = (*l)->Next();
+    if (!b.ok()) {
+      ASSERT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+      break;
+    }
+    const auto& col = b->bytes_columns().at(0);
+    for (size_t k = 0; k < b->size(); ++k) {
+      const uint64_t id = b->sample_ids()[k];
+      ASSERT_LT(id, seen.size());
+      seen[id]++;
+      const int64_t shard = m->ShardOf(id);
+      const uint32_t local = uint32_t(id - m->shards.first_sample(size_t(shard)));
+      ASSERT_EQ(col.offsets[k + 1] - col.offsets[k], 6u);
+      for (uint64_t i = 0; i < 6; ++i) {
+        ASSERT_EQ(uint8_t(col.data[col.offsets[k] + i]), uint8_t(local >> (8 * (i % 4))))
+            << "sample " << id;
+      }
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 1003);
+}
+
 }  // namespace
 }  // namespace stoker
