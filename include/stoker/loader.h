@@ -352,9 +352,10 @@ LoaderState IdentifiedState(uint64_t epoch, uint64_t position, const format::Man
                             const LoaderOptions& o);
 
 // Whether a loader over `m` with `o` may resume from `state`: its position
-// within the dataset, and (version 1) the same dataset, seed, shuffle and
+// within the dataset, and (version >= 1) the same dataset, seed, shuffle and
 // shuffle window. InvalidArgument naming both values otherwise; Unsupported
-// for a newer version.
+// for a newer version, and for a shuffled version-1 state mid-epoch (the
+// older epoch order).
 Status CheckResumeState(const LoaderState& state, const format::Manifest& m,
                         const LoaderOptions& o);
 
