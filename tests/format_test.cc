@@ -1293,6 +1293,19 @@ TEST(ShardTableTest, KeysFollowTheShardNumberUnlessTheyDoNot) {
   EXPECT_EQ(t.total_samples(), 0u);
 }
 
+// Found by the manifest fuzzer: shard 0's own key was dropped (the table
+// then named it shards/000000.stks, which shard 1 had).
+TEST(ShardTableTest, TheFirstShardsOwnKeyIsKept) {
+  ShardTable t;
+  t.push_back({"shards/551615.stks", kShardAlignment, 32, 0, 1});
+  t.push_back({"shards/000000.stks", kShardAlignment, 8, 32, 2});
+  EXPECT_TRUE(t.has_own_keys());
+  EXPECT_EQ(t.key(0), "shards/551615.stks");
+  EXPECT_EQ(t.key(1), "shards/000000.stks");
+  EXPECT_EQ(t.Find("shards/551615.stks"), 0);
+  EXPECT_EQ(t.Find("shards/000000.stks"), 1);
+}
+
 TEST(ShardTableTest, ShardKeyNumber) {
   EXPECT_EQ(ShardKeyNumber("shards/000000.stks"), 0);
   EXPECT_EQ(ShardKeyNumber("shards/1234567.stks"), 1234567);

@@ -97,12 +97,14 @@ void ShardTable::AppendNumbered(uint64_t bytes, uint32_t samples, uint64_t index
 }
 
 void ShardTable::push_back(const ShardInfo& s) {
-  if (keys_.empty() && !IsShardKey(s.key, size())) {
-    // The first key of its own: from here on every shard's key is kept.
+  const bool own_keys = !keys_.empty() || !IsShardKey(s.key, size());
+  if (own_keys && keys_.empty()) {
+    // The first key of its own (shard 0's too): from here on every shard's
+    // key is kept.
     keys_.reserve(index_hash_.capacity());
     for (size_t i = 0; i < size(); ++i) keys_.push_back(ShardKey(static_cast<uint32_t>(i)));
   }
-  if (!keys_.empty()) keys_.push_back(s.key);
+  if (own_keys) keys_.push_back(s.key);
   AppendFields(s.bytes, s.samples, s.index_hash);
 }
 
