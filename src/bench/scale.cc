@@ -94,7 +94,11 @@ class SyntheticShardStore final : public StoreWrapper {
       : StoreWrapper(std::move(target)),
         m_(std::move(m)),
         shards_(shards),
-        uri_("synthetic+" + target_uri()) {}
+        uri_("synthetic+" + target_uri()) {
+    // Shards of one sample count have one size: the first and the last
+    // shard's sizes cover both counts (SamplesOfShard).
+    for (uint64_t k : {uint64_t{0}, shards_ - 1}) size_[k == 0 ? 0 : 1] = Make(uint32_t(k)).size();
+  }
 
   const std::string& uri() const override { return uri_; }
   StoreCapabilities capabilities() const override { return {}; }
@@ -124,13 +128,13 @@ class SyntheticShardStore final : public StoreWrapper {
   Result<ObjectInfo> Stat(std::string_view key) override {
     const int64_t k = ShardNumber(key);
     if (k < 0) return target()->Stat(key);
-    return ObjectInfo{std::string(key), Make(uint32_t(k)).size()};
+    return ObjectInfo{std::string(key), SizeOf(uint64_t(k))};
   }
   Result<std::vector<ObjectInfo>> List(std::string_view prefix) override {
     STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> out, target()->List(prefix));
     for (uint64_t k = 0; k < shards_; ++k) {
       std::string key = format::ShardKey(uint32_t(k));
-      if (key.starts_with(prefix)) out.push_back({std::move(key), Make(uint32_t(k)).size()});
+      if (key.starts_with(prefix)) out.push_back({std::move(key), SizeOf(k)});
     }
     std::sort(out.begin(), out.end(),
               [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
@@ -183,6 +187,10 @@ class SyntheticShardStore final : public StoreWrapper {
     if (format::ShardKey(uint32_t(k)) != key) return -1;
     return int64_t(k);
   }
+  uint64_t SizeOf(uint64_t k) const {
+    const uint64_t samples = SamplesOfShard(m_.sample_count, shards_, k);
+    return size_[samples == SamplesOfShard(m_.sample_count, shards_, 0) ? 0 : 1];
+  }
   std::vector<std::byte> Make(uint32_t k) const {
     uint64_t hash = 0;
     return BuildShard(m_, k, SamplesOfShard(m_.sample_count, shards_, k), &hash);
@@ -191,6 +199,7 @@ class SyntheticShardStore final : public StoreWrapper {
   format::Manifest m_;
   uint64_t shards_;
   std::string uri_;
+  uint64_t size_[2] = {};  // bytes of a shard of the first's count, of the last's
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 // and takes its first batch, and reports those times and its peak RSS. Per
 // repetition the slowest rank and the largest RSS count; the figures are the
 // medians over --repeat repetitions (a fresh cache folder each).
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,9 +105,17 @@ Result<nlohmann::json> RunOnce(const ScaleArgs& a, const std::string& cache) {
       argv.push_back("--cache");
       argv.push_back(cache);
     }
-    STOKER_ASSIGN_OR_RETURN(SelfChild c, SpawnSelf(std::move(argv)));
-    close(c.in);
-    kids.push_back(c);
+    auto c = SpawnSelf(std::move(argv));
+    if (!c.ok()) {
+      for (auto& k : kids) {  // the ranks started: end them, reap them
+        kill(k.pid, SIGTERM);
+        close(k.out);
+        waitpid(k.pid, nullptr, 0);
+      }
+      return c.status();
+    }
+    close(c->in);
+    kids.push_back(*c);
   }
   // Each rank writes one short line (far below a pipe's buffer) and exits:
   // reading them one after another cannot hold any of them up.

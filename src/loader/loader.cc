@@ -249,7 +249,7 @@ Status LoaderImpl::StartEpoch(uint64_t epoch, uint64_t position) {
     STOKER_RETURN_IF_ERROR(cache->BeginEpoch(po, epoch, position));
   }
   auto e = std::make_unique<Epoch>(std::move(plan));
-  e->schedule = BuildSchedule(e->plan, manifest_);
+  e->schedule = BuildSchedule(e->plan);
   STOKER_ASSIGN_OR_RETURN(e->memory, SizeMemory(e->schedule));
   StartStages(*e);
   epoch_ = std::move(e);

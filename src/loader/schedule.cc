@@ -44,8 +44,7 @@ uint64_t Schedule::MaxLiveShards() const {
   return best;
 }
 
-Schedule BuildSchedule(const EpochPlan& p, const format::Manifest& manifest) {
-  (void)manifest;
+Schedule BuildSchedule(const EpochPlan& p) {
   Schedule s;
   s.batch_size = p.batch_size();
   s.rank_samples = p.rank_samples();

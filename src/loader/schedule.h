@@ -61,6 +61,6 @@ struct Schedule {
   uint64_t MaxLiveShards() const;
 };
 
-Schedule BuildSchedule(const EpochPlan& plan, const format::Manifest& manifest);
+Schedule BuildSchedule(const EpochPlan& plan);
 
 }  // namespace stoker
