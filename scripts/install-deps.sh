@@ -6,7 +6,8 @@
 set -euo pipefail
 
 core=(build-essential cmake pkg-config git
-  libxxhash-dev nlohmann-json3-dev libcli11-dev liburing-dev libturbojpeg0-dev libjpeg-dev)
+  libxxhash-dev nlohmann-json3-dev libcli11-dev liburing-dev libturbojpeg0-dev libjpeg-dev
+  libarchive-dev)
 full=(libgtest-dev libgmock-dev clang libclang-rt-14-dev fio python3
   ceph-mon ceph-osd ceph-common librados-dev ceph-mds ceph-fuse
   pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch python3-torchvision

@@ -106,6 +106,7 @@ Dataset MakeDataset(size_t n, uint64_t target, uint64_t seed, size_t max_image =
   d.m.fields = ImageLabel();
   d.m.classes = {"cat", "dog", "ünïcødé"};
   d.m.created_by = "format_test";
+  d.m.format_version = FormatVersionFor(d.m.fields);  // bytes + int64: still v2
   std::mt19937_64 rng(seed);
   for (size_t i = 0; i < n; ++i) {
     size_t len = rng() % (max_image + 1);
@@ -952,8 +953,8 @@ TEST_F(ManifestTest, BadHeaderLine) {
 
 TEST_F(ManifestTest, NewerVersionIsUnsupported) {
   std::string body = text_.substr(text_.find('\n') + 1);
-  EXPECT_TRUE(Fails(Decode(Seal(body, 3)), Code::kUnsupported,
-                    {kWhere, "written by a newer stoker (format v3; this build reads v2)"}));
+  EXPECT_TRUE(Fails(Decode(Seal(body, 4)), Code::kUnsupported,
+                    {kWhere, "written by a newer stoker (format v4; this build reads v3)"}));
   // A v1 body under a v2 header line.
   EXPECT_TRUE(Fails(Decode(Seal(body, 2)), Code::kCorruption,
                     {kWhere, "format_version: 1, header says 2"}));
@@ -1696,8 +1697,8 @@ TEST_F(ShardTableFile, BadTableReference) {
   auto m = decode([](J& j) { j["shards"] = J::array({1, 2}); });
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_TRUE(m->shards.empty());
-  EXPECT_TRUE(Fails(DecodeManifest(AsBytes(Seal(body.dump(), 3)), kWhere), Code::kUnsupported,
-                    {kWhere, "format v3; this build reads v2"}));
+  EXPECT_TRUE(Fails(DecodeManifest(AsBytes(Seal(body.dump(), 4)), kWhere), Code::kUnsupported,
+                    {kWhere, "format v4; this build reads v3"}));
 }
 
 // What older stokers wrote still decodes, its own keys included.
@@ -1733,6 +1734,148 @@ TEST(OldManifest, Version1DecodesWithItsShards) {
     want.format_version = 2;
     return want;
   }());
+}
+
+
+// ---- typed fields (format 3, docs/format.md §2.2, §3.2) --------------------
+
+std::vector<FieldSpec> TypedFields() {
+  std::vector<FieldSpec> f;
+  for (auto [name, type] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"image", "jpeg"}, {"caption", "str"}, {"meta", "json"}, {"score", "float32"},
+           {"weight", "float64"}, {"tokens", "uint32[*]"}, {"emb", "float16[4]"},
+           {"boxes", "float32[*,4]"}, {"label", "int64"}}) {
+    auto spec = ParseFieldSpec(name, type);
+    EXPECT_TRUE(spec.ok()) << name << ": " << spec.status().ToString();
+    f.push_back(*spec);
+  }
+  return f;
+}
+
+TEST(TypedFields, ParseFieldSpec) {
+  auto f = TypedFields();
+  EXPECT_EQ(f[0].type, FieldType::kBytes);
+  EXPECT_EQ(f[1].type, FieldType::kString);
+  EXPECT_EQ(f[2].type, FieldType::kJson);
+  EXPECT_EQ(f[3].FixedBytes(), 4u);
+  EXPECT_EQ(f[4].FixedBytes(), 8u);
+  EXPECT_EQ(f[5].type, FieldType::kArray);
+  EXPECT_EQ(f[5].dtype, DType::kUInt32);
+  EXPECT_EQ(f[5].shape, std::vector<int64_t>{kVariableDim});
+  EXPECT_EQ(f[5].FixedBytes(), 0u);
+  EXPECT_EQ(f[5].RowBytes(), 4u);
+  EXPECT_EQ(f[6].FixedBytes(), 8u);  // 4 float16
+  EXPECT_EQ(f[7].RowBytes(), 16u);   // 4 float32 per row
+  EXPECT_EQ(f[7].FixedBytes(), 0u);
+  EXPECT_EQ(FormatVersionFor(f), 3u);
+  const std::vector<FieldSpec> old{f[0], f[8]};
+  EXPECT_EQ(FormatVersionFor(old), 2u);
+
+  for (auto [type, want] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"uint33[*]", "uint33"}, {"uint32[*", "uint32[*"}, {"uint32[3,*]", "first"},
+           {"uint32[0]", "0"}, {"float32[1,2,3,4,5,6,7,8,9]", "8"}, {"words", "words"},
+           {"uint8[-2]", "-2"}}) {
+    auto r = ParseFieldSpec("x", type);
+    EXPECT_TRUE(Fails(r, Code::kInvalidArgument, {"x", want})) << type;
+  }
+  EXPECT_TRUE(Fails(ParseFieldSpec("bad name", "str"), Code::kInvalidArgument, {"bad name"}));
+}
+
+TEST(TypedFields, ShardRoundTripAndLengthChecks) {
+  const auto fields = TypedFields();
+  ShardBuilder b(fields, TestId(7), 0);
+  std::vector<std::string> text{"jpegbytes", "a caption", "{\"k\": [1, 2]}"};
+  const uint32_t tokens[3] = {1, 70000, 4000000000u};
+  const uint16_t emb[4] = {0x3c00, 0x4000, 0, 0xbc00};
+  const float boxes[8] = {0, 0, 1, 1, 0.5f, 0.5f, 2, 2};
+  auto bytes = [](const void* p, size_t n) {
+    return std::span<const std::byte>(static_cast<const std::byte*>(p), n);
+  };
+  std::vector<FieldValue> v(fields.size());
+  v[0].bytes = bytes(text[0].data(), text[0].size());
+  v[1].bytes = bytes(text[1].data(), text[1].size());
+  v[2].bytes = bytes(text[2].data(), text[2].size());
+  v[3].f64 = 0.25;
+  v[4].f64 = 1.0 / 3;
+  v[5].bytes = bytes(tokens, sizeof tokens);
+  v[6].bytes = bytes(emb, sizeof emb);
+  v[7].bytes = bytes(boxes, sizeof boxes);
+  v[8].i64 = -5;
+  ASSERT_TRUE(b.Add(v).ok());
+  v[5].bytes = {};  // zero rows of a variable array are a value
+  v[7].bytes = {};
+  ASSERT_TRUE(b.Add(v).ok());
+
+  // A length that is no whole number of rows, or not the fixed shape.
+  auto bad = v;
+  bad[5].bytes = bytes(tokens, 6);
+  EXPECT_TRUE(HasError(b.Add(bad), Code::kInvalidArgument, {"tokens", "6", "multiple of 4"}));
+  bad = v;
+  bad[6].bytes = bytes(emb, 6);
+  EXPECT_TRUE(HasError(b.Add(bad), Code::kInvalidArgument, {"emb", "6", "8"}));
+  bad = v;
+  bad[7].bytes = bytes(boxes, 20);
+  EXPECT_TRUE(HasError(b.Add(bad), Code::kInvalidArgument, {"boxes", "20", "16"}));
+
+  uint64_t ih;
+  Bytes shard = b.Finish(&ih);
+  ShardExpectation e{"k", fields, 0, TestId(7), static_cast<uint32_t>(fields.size()), 2,
+                     shard.size(), ih, 0};
+  auto view = ShardView::Parse(shard, e);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  auto field = [&](uint32_t i, uint32_t f) {
+    auto s = view->Field(i, f);
+    return std::string(reinterpret_cast<const char*>(s.data()), s.size());
+  };
+  EXPECT_EQ(field(0, 1), "a caption");
+  EXPECT_EQ(field(0, 2), text[2]);
+  float score;
+  double weight;
+  ASSERT_EQ(view->Field(0, 3).size(), 4u);
+  std::memcpy(&score, view->Field(0, 3).data(), 4);
+  std::memcpy(&weight, view->Field(0, 4).data(), 8);
+  EXPECT_EQ(score, 0.25f);
+  EXPECT_EQ(weight, 1.0 / 3);
+  EXPECT_EQ(field(0, 5), std::string(reinterpret_cast<const char*>(tokens), sizeof tokens));
+  EXPECT_EQ(field(1, 5), "");
+  EXPECT_EQ(view->Int64(1, 8), -5);
+}
+
+TEST(TypedFields, ManifestV3RoundTripAndV2RefusesTypedFields) {
+  Dataset d = MakeDataset(40, 64 << 10, 3);
+  d.m.fields = TypedFields();
+  d.m.format_version = 3;
+  EncodeShardTable(d.m, &d.m.table, 4);
+  const std::string text = EncodeManifest(d.m);
+  EXPECT_EQ(text.rfind("STOKER-DATASET 3 ", 0), 0u);
+  auto m = Decode(text);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->format_version, 3u);
+  EXPECT_EQ(m->fields, d.m.fields);
+  EXPECT_EQ(EncodeManifest(*m), text);
+
+  auto body = nlohmann::ordered_json::parse(text.substr(text.find('\n') + 1));
+  auto field = body["fields"][5];
+  EXPECT_EQ(field["type"], "array");
+  EXPECT_EQ(field["dtype"], "uint32");
+  EXPECT_TRUE(field["shape"][0].is_null());
+  auto reseal = [&](const nlohmann::ordered_json& j, uint32_t v) {
+    auto copy = j;
+    copy["format_version"] = v;
+    return Decode(Seal(copy.dump(), v));
+  };
+  // A typed field under a v2 header is not v2's.
+  EXPECT_TRUE(Fails(reseal(body, 2), Code::kCorruption, {kWhere, "fields[1]", "str"}));
+  // Bad dtypes and shapes name the field.
+  auto edited = body;
+  edited["fields"][5]["dtype"] = "uint33";
+  EXPECT_TRUE(Fails(reseal(edited, 3), Code::kCorruption, {kWhere, "fields[5]", "uint33"}));
+  edited = body;
+  edited["fields"][5]["shape"] = nlohmann::ordered_json::array({4, nullptr});
+  EXPECT_TRUE(Fails(reseal(edited, 3), Code::kCorruption, {kWhere, "fields[5]"}));
+  edited = body;
+  edited["fields"][5].erase("dtype");
+  EXPECT_TRUE(Fails(reseal(edited, 3), Code::kCorruption, {kWhere, "fields[5]", "dtype"}));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Dataset format v2: the manifest, the shard table and the shards, as
+// Dataset format v3: the manifest, the shard table and the shards, as
 // docs/format.md specifies them byte by byte. The constants here point to
 // that document's sections.
 //
@@ -30,9 +30,12 @@
 namespace stoker::format {
 
 // docs/format.md §1: the dataset's format version, the manifest's. Version 2
-// moved the shard list out of the manifest into the shard table (§7); this
-// build reads versions 1 and 2 and writes 2.
-inline constexpr uint32_t kFormatVersion = 2;
+// moved the shard list out of the manifest into the shard table (§7);
+// version 3 added the typed fields (float, str, json, arrays; §3.2). This
+// build reads versions 1 to 3 and writes the lowest that holds the schema
+// (FormatVersionFor): a dataset of bytes and int64 fields is still v2, so
+// older readers open it.
+inline constexpr uint32_t kFormatVersion = 3;
 // §3.1: the shard object's own version, unchanged since format v1.
 inline constexpr uint32_t kShardVersion = 1;
 // Default: 4 MiB, Ceph's default object size (rados object_size).
@@ -79,15 +82,79 @@ constexpr uint32_t IndexEntryBytes(uint32_t field_count) {
 using DatasetId = std::array<uint8_t, 16>;
 
 enum class FieldType : uint8_t {
-  kBytes = 1,  // variable-length raw bytes (an encoded image, a token array)
-  kInt64 = 2,  // one little-endian int64 (a class label)
+  kBytes = 1,    // variable-length raw bytes (an encoded image, audio, anything)
+  kInt64 = 2,    // one little-endian int64 (a class label)
+  kFloat32 = 3,  // one little-endian IEEE 754 binary32 (format 3)
+  kFloat64 = 4,  // one little-endian IEEE 754 binary64 (format 3)
+  kString = 5,   // UTF-8 text, any length (format 3)
+  kJson = 6,     // one JSON value (RFC 8259), UTF-8, kept byte for byte (format 3)
+  kArray = 7,    // a typed array of a dtype and a shape (format 3, §3.2)
 };
 std::string_view FieldTypeName(FieldType t);
+
+// Element types of kArray fields (§3.2), little-endian.
+enum class DType : uint8_t {
+  kUInt8 = 1,
+  kUInt16 = 2,
+  kUInt32 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kFloat16 = 6,   // IEEE 754 binary16
+  kBFloat16 = 7,  // the upper 16 bits of a binary32
+  kFloat32 = 8,
+};
+std::string_view DTypeName(DType d);
+// Bytes of one element.
+uint32_t DTypeBytes(DType d);
+// "uint16" -> kUInt16; false for a name that is no dtype.
+bool ParseDType(std::string_view name, DType* out);
+
+// An array field's shape has at most this many dimensions (§3.2).
+inline constexpr size_t kMaxArrayDims = 8;
+// A dimension of an array's shape that varies per sample (JSON null).
+inline constexpr int64_t kVariableDim = -1;
 
 struct FieldSpec {
   std::string name;  // [A-Za-z0-9_]{1,64}, unique within a dataset
   FieldType type = FieldType::kBytes;
+  // kArray only: the element type and the shape of one sample's value, each
+  // dimension >= 1, or kVariableDim for the first (a value holding any
+  // number of rows of the rest, zero included). A shape of no dimensions is
+  // one element.
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  // Optional (format 3): the name the field has in another format, which
+  // the WebDataset exporter gives its members ("seg.png" for a field named
+  // seg_png). Empty: the field's name.
+  std::string ext;
+
+  bool operator==(const FieldSpec&) const = default;
+  // kArray: bytes of one row (the product of the fixed dimensions times the
+  // dtype's size); other types: 0.
+  uint64_t RowBytes() const;
+  // The value length this field always has (8 for int64, 4 for float32, an
+  // array of fixed shape's bytes), or 0 when it varies per sample.
+  uint64_t FixedBytes() const;
+  // Empty when a value of `length` bytes fits this field, else why not
+  // ("has 6 bytes, expected a multiple of 4 (uint32 rows of 1)").
+  std::string LengthProblem(uint64_t length) const;
+  // "tokens (array uint32 [*])": the field in messages.
+  std::string Describe() const;
 };
+
+// Checks a schema as §2.4 does (1..kMaxFields fields, names, unique names,
+// array dtypes and shapes, exts): InvalidArgument naming the field.
+Status CheckSchema(std::span<const FieldSpec> fields);
+// True for a name matching [A-Za-z0-9_]{1,64}.
+bool ValidFieldName(std::string_view name);
+// Parses a field type as users write it: "bytes", "int64", "float32",
+// "float64", "str", "json", an image kind ("jpeg", "png", "image": bytes),
+// or "DTYPE[SHAPE]" for an array, e.g. "uint32[*]", "float32[3,224,224]",
+// "uint8[*,3]", "float16[]" ("*" the variable first dimension).
+Result<FieldSpec> ParseFieldSpec(std::string_view name, std::string_view type);
+// The lowest format version that can hold `fields`: 2 for bytes and int64
+// fields without exts, else 3.
+uint32_t FormatVersionFor(std::span<const FieldSpec> fields);
 
 // One shard as the manifest (format v1) or the shard table (§7) lists it.
 struct ShardInfo {
@@ -324,8 +391,11 @@ int64_t ShardKeyNumber(std::string_view key);
 
 // One field value of a sample, as given to ShardBuilder::Add.
 struct FieldValue {
-  std::span<const std::byte> bytes;  // for kBytes
-  int64_t i64 = 0;                   // for kInt64
+  // kBytes, kString, kJson and kArray: the value's bytes (an array's
+  // elements, little-endian, row after row).
+  std::span<const std::byte> bytes;
+  int64_t i64 = 0;  // kInt64
+  double f64 = 0;   // kFloat64, and kFloat32 (rounded to the nearest float)
 };
 
 // Builds one shard in memory (§3). Add samples until SizeWith says the next

@@ -43,13 +43,6 @@ bool ParseIdHex(std::string_view s, DatasetId* out) {
   return true;
 }
 
-bool ValidFieldName(std::string_view name) {
-  if (name.empty() || name.size() > kMaxFieldNameBytes) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
-}
-
 // Empty when `key` is a valid shard key (§2.4), else what is wrong with it.
 std::string KeyProblem(std::string_view key) {
   if (key.empty()) return "empty key";
@@ -69,15 +62,70 @@ std::string KeyProblem(std::string_view key) {
   return {};
 }
 
-bool ParseFieldType(std::string_view s, FieldType* t) {
-  if (s == "bytes") {
-    *t = FieldType::kBytes;
-  } else if (s == "int64") {
-    *t = FieldType::kInt64;
-  } else {
-    return false;
+// §2.2: bytes and int64 in every version, the typed fields from format 3.
+bool ParseFieldType(std::string_view s, uint32_t version, FieldType* t) {
+  constexpr FieldType kAll[] = {FieldType::kBytes,  FieldType::kInt64, FieldType::kFloat32,
+                                FieldType::kFloat64, FieldType::kString, FieldType::kJson,
+                                FieldType::kArray};
+  for (FieldType k : kAll) {
+    if (FieldTypeName(k) != s) continue;
+    if (version < 3 && k != FieldType::kBytes && k != FieldType::kInt64) return false;
+    *t = k;
+    return true;
   }
-  return true;
+  return false;
+}
+
+// §2.2: an array field's `dtype` and `shape` (format 3).
+Status DecodeArray(const json& f, const Checker& c, const std::string& path, FieldSpec* spec) {
+  const std::string* s;
+  STOKER_RETURN_IF_ERROR(c.GetString(f, "dtype", path + ".dtype", &s));
+  if (!ParseDType(*s, &spec->dtype)) return c.Error(path + ".dtype", "unknown dtype '" + *s + "'");
+  const json* shape;
+  STOKER_RETURN_IF_ERROR(c.GetArray(f, "shape", path + ".shape", &shape));
+  if (shape->size() > kMaxArrayDims) {
+    return c.Error(path + ".shape", std::to_string(shape->size()) + " dimensions, at most " +
+                                        std::to_string(kMaxArrayDims));
+  }
+  for (size_t d = 0; d < shape->size(); ++d) {
+    const json& v = (*shape)[d];
+    if (v.is_null()) {
+      spec->shape.push_back(kVariableDim);
+    } else if (v.is_number_unsigned() && v.get<uint64_t>() >= 1 &&
+               v.get<uint64_t>() <= kMaxShardBytes) {
+      spec->shape.push_back(static_cast<int64_t>(v.get<uint64_t>()));
+    } else {
+      return c.Error(path + ".shape[" + std::to_string(d) + "]",
+                     "expected null or an integer 1.." + std::to_string(kMaxShardBytes));
+    }
+  }
+  if (Status st = CheckSchema(std::span(spec, 1)); !st.ok()) {
+    return c.Error(path + ".shape", st.message());
+  }
+  return Status::Ok();
+}
+
+// §2.2: fields[j] beyond its name.
+Status DecodeFieldType(const json& f, const Checker& c, const std::string& path, uint32_t version,
+                       FieldSpec* spec) {
+  const std::string* s;
+  STOKER_RETURN_IF_ERROR(c.GetString(f, "type", path + ".type", &s));
+  if (!ParseFieldType(*s, version, &spec->type)) {
+    return c.Error(path + ".type", "unknown field type '" + *s + "'");
+  }
+  const bool array = spec->type == FieldType::kArray;
+  if (array) STOKER_RETURN_IF_ERROR(DecodeArray(f, c, path, spec));
+  if (!array && (f.contains("dtype") || f.contains("shape"))) {
+    return c.Error(path, "a " + *s + " field has no dtype or shape");
+  }
+  if (version >= 3 && f.contains("ext")) {
+    STOKER_RETURN_IF_ERROR(c.GetString(f, "ext", path + ".ext", &s));
+    spec->ext = *s;
+    if (Status st = CheckSchema(std::span(spec, 1)); !st.ok()) {
+      return c.Error(path + ".ext", st.message());
+    }
+  }
+  return Status::Ok();
 }
 
 // §2.5: a v1 manifest's `shards` array, checked as §2.4 says, into m->shards.
@@ -243,7 +291,7 @@ Status DecodeBody(const json& root, uint32_t header_version, std::string_view wh
     return c.Error("fields", std::to_string(arr->size()) + " fields, expected 1.." +
                                  std::to_string(kMaxFields));
   }
-  uint64_t min_record = 0;  // 8 per int64 field
+  uint64_t min_record = 0;  // the fixed-length fields' bytes
   for (size_t j = 0; j < arr->size(); ++j) {
     const json& f = (*arr)[j];
     std::string path = Indexed("fields", j);
@@ -259,11 +307,8 @@ Status DecodeBody(const json& root, uint32_t header_version, std::string_view wh
         return c.Error(path + ".name", "duplicate field name '" + spec.name + "'");
       }
     }
-    STOKER_RETURN_IF_ERROR(c.GetString(f, "type", path + ".type", &s));
-    if (!ParseFieldType(*s, &spec.type)) {
-      return c.Error(path + ".type", "unknown field type '" + *s + "'");
-    }
-    if (spec.type == FieldType::kInt64) min_record += 8;
+    STOKER_RETURN_IF_ERROR(DecodeFieldType(f, c, path, header_version, &spec));
+    min_record += spec.FixedBytes();
     m->fields.push_back(std::move(spec));
   }
   const uint64_t entry_bytes = IndexEntryBytes(static_cast<uint32_t>(m->fields.size()));
@@ -304,16 +349,6 @@ Result<Manifest> DecodeManifestImpl(std::span<const std::byte> data, std::string
 
 // ---- public -----------------------------------------------------------------
 
-std::string_view FieldTypeName(FieldType t) {
-  switch (t) {
-    case FieldType::kBytes:
-      return "bytes";
-    case FieldType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
-
 std::string Manifest::IdHex() const { return HexBytes(dataset_id.data(), dataset_id.size()); }
 
 uint64_t Manifest::Id64() const {
@@ -338,7 +373,20 @@ nlohmann::ordered_json BodyHead(const Manifest& m, uint32_t version) {
   j["created_by"] = m.created_by;
   auto& fields = j["fields"] = nlohmann::ordered_json::array();
   for (const FieldSpec& f : m.fields) {
-    fields.push_back({{"name", f.name}, {"type", FieldTypeName(f.type)}});
+    nlohmann::ordered_json fj = {{"name", f.name}, {"type", FieldTypeName(f.type)}};
+    if (f.type == FieldType::kArray) {
+      fj["dtype"] = DTypeName(f.dtype);
+      auto& shape = fj["shape"] = nlohmann::ordered_json::array();
+      for (int64_t d : f.shape) {
+        if (d == kVariableDim) {
+          shape.push_back(nullptr);
+        } else {
+          shape.push_back(d);
+        }
+      }
+    }
+    if (!f.ext.empty()) fj["ext"] = f.ext;
+    fields.push_back(std::move(fj));
   }
   j["classes"] = m.classes;
   j["sample_count"] = m.sample_count;
@@ -357,12 +405,13 @@ std::string Frame(const nlohmann::ordered_json& j, uint32_t version) {
 }  // namespace
 
 std::string EncodeManifest(const Manifest& m) {
-  nlohmann::ordered_json j = BodyHead(m, kFormatVersion);
+  const uint32_t version = FormatVersionFor(m.fields);
+  nlohmann::ordered_json j = BodyHead(m, version);
   j["shard_table"] = {{"key", m.table.key},
                       {"records", m.table.records},
                       {"bytes", m.table.bytes},
                       {"header_hash", Hex16(m.table.header_hash)}};
-  return Frame(j, kFormatVersion);
+  return Frame(j, version);
 }
 
 std::string EncodeManifestV1(const Manifest& m) {

@@ -1,5 +1,6 @@
 // Shard objects: building and validating. docs/format.md §3, §5.1.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "format/coding.h"
@@ -34,12 +35,18 @@ constexpr size_t kOffFieldLengths = 16;
 
 constexpr uint64_t RoundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+// Fields whose value the builder takes as a number (FieldValue::i64, f64)
+// rather than as bytes.
+bool IsScalar(FieldType t) {
+  return t == FieldType::kInt64 || t == FieldType::kFloat32 || t == FieldType::kFloat64;
+}
+
 // Record size of `values` against `fields` (missing values count as empty).
 uint64_t RecordBytes(const std::vector<FieldSpec>& fields, std::span<const FieldValue> values) {
   uint64_t n = 0;
   for (size_t f = 0; f < fields.size(); ++f) {
-    if (fields[f].type == FieldType::kInt64) {
-      n += 8;
+    if (IsScalar(fields[f].type)) {
+      n += fields[f].FixedBytes();
     } else if (f < values.size()) {
       n += values[f].bytes.size();
     }
@@ -78,9 +85,13 @@ Status ShardBuilder::Add(std::span<const FieldValue> values) {
   }
   if (sample_count_ == UINT32_MAX) return InvalidArgument(who + ": too many samples");
   for (size_t f = 0; f < fields_.size(); ++f) {
-    if (fields_[f].type == FieldType::kBytes && values[f].bytes.size() > UINT32_MAX) {
+    if (IsScalar(fields_[f].type)) continue;
+    if (values[f].bytes.size() > UINT32_MAX) {
       return InvalidArgument(who + ": field '" + fields_[f].name + "' is " +
                              std::to_string(values[f].bytes.size()) + " bytes, the most is 2^32-1");
+    }
+    if (std::string why = fields_[f].LengthProblem(values[f].bytes.size()); !why.empty()) {
+      return InvalidArgument(who + ": field " + fields_[f].Describe() + " " + why);
     }
   }
   const uint64_t size = SizeWith(values);
@@ -100,6 +111,16 @@ Status ShardBuilder::Add(std::span<const FieldValue> values) {
       StoreLE<int64_t>(v, values[f].i64);
       data_.insert(data_.end(), v, v + 8);
       len = 8;
+    } else if (fields_[f].type == FieldType::kFloat64) {
+      std::byte v[8];
+      StoreLE<uint64_t>(v, std::bit_cast<uint64_t>(values[f].f64));
+      data_.insert(data_.end(), v, v + 8);
+      len = 8;
+    } else if (fields_[f].type == FieldType::kFloat32) {
+      std::byte v[4];
+      StoreLE<uint32_t>(v, std::bit_cast<uint32_t>(static_cast<float>(values[f].f64)));
+      data_.insert(data_.end(), v, v + 4);
+      len = 4;
     } else {
       data_.insert(data_.end(), values[f].bytes.begin(), values[f].bytes.end());
       len = static_cast<uint32_t>(values[f].bytes.size());
@@ -322,9 +343,16 @@ Result<ShardView> ShardView::ParseCommon(const Parts& parts, std::string_view ke
   if (Hash64(index) != v.index_hash_) return Corruption(k + ": index checksum mismatch");
   v.index_ = index.data();
 
-  // 15..18: walk the entries (15 offset, 16 padding, 17 int64, 18 bounds).
+  // 15..18: walk the entries (15 offset, 16 padding, 17 lengths by type, 18
+  // bounds).
   const bool typed = expect && expect->fields.size() == v.field_count_;
   const uint32_t lengths_end = kOffFieldLengths + 4 * v.field_count_;
+  // Check 17's rule per field, once: a fixed length, or rows of a size.
+  uint64_t fixed_len[kMaxFields] = {}, row_len[kMaxFields] = {};
+  for (uint32_t f = 0; typed && f < v.field_count_; ++f) {
+    fixed_len[f] = expect->fields[f].FixedBytes();
+    row_len[f] = fixed_len[f] == 0 ? expect->fields[f].RowBytes() : 0;
+  }
   uint64_t running = kShardHeaderBytes;
   for (uint32_t i = 0; i < v.sample_count_; ++i) {
     const std::byte* e = v.index_ + uint64_t{i} * v.entry_bytes_;
@@ -343,9 +371,9 @@ Result<ShardView> ShardView::ParseCommon(const Parts& parts, std::string_view ke
     uint64_t record = 0;  // at most 64 * (2^32-1): no overflow
     for (uint32_t f = 0; f < v.field_count_; ++f) {
       const uint32_t len = LoadLE<uint32_t>(e + kOffFieldLengths + 4 * f);
-      if (typed && expect->fields[f].type == FieldType::kInt64 && len != 8) {
-        return Corruption(sample() + "field '" + expect->fields[f].name + "' (int64) has length " +
-                          std::to_string(len) + ", expected 8");
+      if ((fixed_len[f] != 0 && len != fixed_len[f]) || (row_len[f] != 0 && len % row_len[f])) {
+        return Corruption(sample() + "field " + expect->fields[f].Describe() + " " +
+                          expect->fields[f].LengthProblem(len));
       }
       record += len;
     }
