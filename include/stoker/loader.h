@@ -146,6 +146,13 @@ struct LoaderOptions {
   std::string read_unit = "auto";
   // Fields to deliver, by name. Default: empty = every field.
   std::vector<std::string> fields;
+  // How an array field whose first dimension varies (format 3, `uint32[*]`)
+  // is collated (Batch::RaggedColumn): "padded", each sample's rows followed
+  // by zero rows up to the batch's longest, or "offsets", every sample's rows
+  // back to back. Both give each sample's row count and row offsets.
+  // Default: "padded" (a dense (batch, longest, ...) tensor, what most
+  // models take).
+  std::string ragged = "padded";
   DecodeOptions decode;
   // A read that fails with a retryable error is tried again this many times
   // (with backoff, by a RetryingStore around the store) before the epoch
@@ -238,22 +245,82 @@ struct LoaderStats {
   uint64_t cache_refetches = 0;
 };
 
+// The element type of a typed column (Batch::FixedColumn, RaggedColumn): an
+// array field's dtype (the same numbers as format::DType), or a float32 /
+// float64 scalar's.
+enum class ElementType : uint8_t {
+  kUInt8 = 1,
+  kUInt16 = 2,
+  kUInt32 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kFloat16 = 6,
+  kBFloat16 = 7,  // the upper 16 bits of a binary32
+  kFloat32 = 8,
+  kFloat64 = 9,  // no array dtype: float64 scalars only
+};
+// "bfloat16": the names numpy and torch give them.
+std::string_view ElementTypeName(ElementType t);
+// Bytes of one element.
+uint32_t ElementTypeBytes(ElementType t);
+
 class BatchMemory;  // the pooled buffer behind a Batch (implementation)
 class DeviceBatch;  // a batch's copy in GPU memory (stoker/gpu.h)
 
 // One batch of samples, laid out for zero-copy hand-off: every array is a
-// contiguous, 64-byte aligned region of one buffer.
+// contiguous, 64-byte aligned region of one buffer. Each delivered field is
+// one column, by its type: int64 an Int64Column; bytes, str and json a
+// BytesColumn (its type says which); a decoded image an ImageColumn; float32,
+// float64 and arrays of fixed shape a FixedColumn; arrays whose first
+// dimension varies a RaggedColumn.
 class Batch {
  public:
   // A variable-length field: sample i's bytes are data[offsets[i], offsets[i+1]).
+  // `type` says what the bytes are: kBytes (raw), kString (UTF-8 text) or
+  // kJson (one JSON value's text, as written); the bindings turn the last
+  // two into strings and parsed values.
   struct BytesColumn {
     std::string name;
     std::span<const uint64_t> offsets;  // size() + 1 entries
     std::span<const std::byte> data;
+    format::FieldType type = format::FieldType::kBytes;
   };
   struct Int64Column {
     std::string name;
     std::span<const int64_t> values;
+  };
+  // A field of one size in every sample: a float32 or float64 scalar, or an
+  // array of fixed shape (format 3). Dense: sample i's value is
+  // data[i * item_bytes, (i + 1) * item_bytes), its elements row-major, so
+  // the column is one (size(), item_shape...) array of `element`.
+  struct FixedColumn {
+    std::string name;
+    format::FieldType type = format::FieldType::kFloat32;  // kFloat32, kFloat64 or kArray
+    ElementType element = ElementType::kFloat32;
+    std::vector<int64_t> item_shape;  // one sample's: {} for a scalar
+    uint64_t item_bytes = 0;          // product of item_shape x the element's bytes
+    std::span<const std::byte> data;  // size() x item_bytes
+  };
+  // An array field whose first dimension varies per sample (shape [*, ...]):
+  // sample i holds lengths[i] rows of row_shape. Laid out as
+  // LoaderOptions::ragged says:
+  //   padded:  data is size() x max_rows rows; sample i's rows come first in
+  //            its max_rows, the rest are zeros (a (size(), max_rows,
+  //            row_shape...) array);
+  //   offsets: data is every sample's rows back to back (a (total rows,
+  //            row_shape...) array); sample i's are rows [offsets[i],
+  //            offsets[i + 1]).
+  // lengths and offsets are given in both layouts.
+  struct RaggedColumn {
+    std::string name;
+    ElementType element = ElementType::kUInt8;
+    std::vector<int64_t> row_shape;  // the dimensions after the first: {} for [*]
+    uint64_t row_bytes = 0;          // product of row_shape x the element's bytes
+    bool padded = true;
+    uint64_t max_rows = 0;            // the longest sample's rows
+    std::span<const std::byte> data;  // padded: size() x max_rows rows; else offsets.back() rows
+    std::span<const int64_t> lengths;  // size() entries: rows of each sample
+    std::span<const int64_t> offsets;  // size() + 1 entries: the first row of each sample (offsets)
   };
   // A decoded image field: dense, N x H x W x C or N x C x H x W (layout),
   // C = 3 (RGB), elements of `dtype` (uint8, float32 or float16).
@@ -278,9 +345,13 @@ class Batch {
   const std::vector<BytesColumn>& bytes_columns() const { return bytes_; }
   const std::vector<Int64Column>& int64_columns() const { return int64_; }
   const std::vector<ImageColumn>& image_columns() const { return images_; }
+  const std::vector<FixedColumn>& fixed_columns() const { return fixed_; }
+  const std::vector<RaggedColumn>& ragged_columns() const { return ragged_; }
   const BytesColumn* bytes(std::string_view name) const;
   const Int64Column* int64(std::string_view name) const;
   const ImageColumn* image(std::string_view name) const;
+  const FixedColumn* fixed(std::string_view name) const;
+  const RaggedColumn* ragged(std::string_view name) const;
   // Images of this batch that were not decodable and were zero-filled
   // (DecodeOptions::skip_corrupt); 0 otherwise.
   uint64_t corrupt_skipped() const { return corrupt_skipped_; }
@@ -313,6 +384,8 @@ class Batch {
   std::vector<BytesColumn> bytes_;
   std::vector<Int64Column> int64_;
   std::vector<ImageColumn> images_;
+  std::vector<FixedColumn> fixed_;
+  std::vector<RaggedColumn> ragged_;
   LoaderState state_after_;
 };
 

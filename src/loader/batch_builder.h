@@ -15,12 +15,35 @@
 
 namespace stoker {
 
+// What a column of the batch is made of, from its field (ColumnSpecFor).
+enum class ColumnKind : uint8_t {
+  kBytes,   // offsets + data (bytes, str, json)
+  kInt64,   // 8 bytes a sample
+  kImage,   // decoded: DecodedSampleBytes a sample
+  kFixed,   // item_bytes a sample (float32, float64, fixed-shape arrays)
+  kRagged,  // rows of row_bytes, padded or back to back (arrays of shape [*, ...])
+};
+
 struct ColumnSpec {
   std::string name;
   format::FieldType type = format::FieldType::kBytes;
   // Decode this bytes column as JPEG into an image column.
   bool decode = false;
+  // The rest is set by ColumnSpecFor; left as they are, a bytes or int64
+  // field's spec needs none of them.
+  ColumnKind kind = ColumnKind::kBytes;
+  ElementType element = ElementType::kUInt8;
+  std::vector<int64_t> shape{};  // kFixed: one sample's; kRagged: one row's
+  uint64_t item_bytes = 0;     // kFixed: one sample's; kRagged: one row's
+  bool padded = true;          // kRagged: LoaderOptions::ragged == "padded"
 };
+
+// The column of `field`: its kind, element type and shapes. `decode`: the
+// field is decoded into images; `padded`: variable arrays are padded.
+ColumnSpec ColumnSpecFor(const format::FieldSpec& field, bool decode, bool padded);
+// A column's kind where ColumnSpecFor did not set it (a spec built as
+// {name, type, decode}): from decode and type.
+ColumnKind KindOf(const ColumnSpec& c);
 
 struct BatchSamples {
   size_t count = 0;
@@ -73,6 +96,11 @@ struct BatchLayout {
   std::vector<uint64_t> column_offset;       // where column c's array starts
   std::vector<uint64_t> column_data_offset;  // bytes columns: where the data starts
   std::vector<uint64_t*> offsets;            // bytes columns: n + 1 offsets, written
+  // Ragged columns: lengths (n) and row offsets (n + 1), written, and the
+  // rows each sample's slot has when padded (the batch's longest).
+  std::vector<int64_t*> lengths;
+  std::vector<int64_t*> row_offsets;
+  std::vector<uint64_t> max_rows;
   uint64_t image_bytes = 0;                  // one decoded sample
   size_t count = 0;
 };

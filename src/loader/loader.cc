@@ -378,10 +378,17 @@ Status LoaderImpl::NotBuiltInTime(const Epoch& e) const {
 uint64_t LoaderImpl::EstimatedBatchBytes() const {
   uint64_t per_sample = 16;
   for (const auto& c : columns_) {
-    if (c.decode) {
+    const ColumnKind kind = KindOf(c);
+    if (kind == ColumnKind::kImage) {
       per_sample += DecodedSampleBytes(options_.decode);
-    } else if (c.type == format::FieldType::kInt64) {
+    } else if (kind == ColumnKind::kInt64) {
       per_sample += 8;
+    } else if (kind == ColumnKind::kFixed) {
+      per_sample += c.item_bytes;
+    } else if (kind == ColumnKind::kRagged) {
+      // A length and a row offset; padded, every sample may take the
+      // longest's rows, which fit in the largest record.
+      per_sample += 16 + manifest_.max_sample_bytes;
     } else {
       per_sample += 8 + manifest_.max_sample_bytes;
     }
@@ -403,6 +410,9 @@ Status ValidateOptions(const LoaderOptions& o) {
       o.read_unit != "map") {
     return InvalidArgument("read_unit must be auto, shard, sample or map, not '" + o.read_unit +
                            "'");
+  }
+  if (o.ragged != "padded" && o.ragged != "offsets") {
+    return InvalidArgument("ragged must be padded or offsets, not '" + o.ragged + "'");
   }
   if ((o.read_unit == "sample" || o.read_unit == "map") && o.direct_io) {
     return InvalidArgument("read_unit " + o.read_unit +
@@ -458,7 +468,8 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
       return InvalidArgument("no field '" + name + "' in " + store->uri() + " (fields: " + have +
                              ")");
     }
-    ColumnSpec c{name, manifest.fields[f].type, name == options.decode.field};
+    ColumnSpec c = ColumnSpecFor(manifest.fields[f], name == options.decode.field,
+                                 options.ragged == "padded");
     if (c.decode) {
       if (c.type != format::FieldType::kBytes) {
         return InvalidArgument("decode field '" + name + "' is not a bytes field");
