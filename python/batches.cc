@@ -99,6 +99,11 @@ py::object Out(const Output& out, std::span<const T> values, const py::capsule& 
   return Out(out, View(values, owner));
 }
 
+// Format 3's typed columns (below, after DLPack's structs): fixed and
+// ragged arrays, str and json lists.
+void AddTypedColumns(const Batch& b, const Output& out, const py::capsule& owner, py::dict& d);
+py::object TextColumn(const Batch::BytesColumn& c, size_t n);
+
 }  // namespace
 
 py::dict BatchDict(const Batch& batch, const Output& out) {
@@ -111,11 +116,16 @@ py::dict BatchDict(const Batch& batch, const Output& out) {
     d[py::str(c.name)] = Out(out, ImageView(c, batch.size(), owner));
   }
   for (const auto& c : batch.bytes_columns()) {
+    if (c.type != format::FieldType::kBytes) {
+      d[py::str(c.name)] = TextColumn(c, batch.size());
+      continue;
+    }
     py::object offsets = Out(out, c.offsets, owner);
     py::object data = Out(out, ByteView(c.data, owner));
     d[py::str(c.name)] = out.bytes_column.is_none() ? py::object(py::make_tuple(offsets, data))
                                                     : out.bytes_column(offsets, data);
   }
+  AddTypedColumns(batch, out, owner, d);
   return d;
 }
 
@@ -164,17 +174,23 @@ struct DLManagedTensorVersioned {
   uint64_t flags;
   DLTensor dl_tensor;
 };
-constexpr int32_t kDLCUDA = 2;
-constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBool = 6;
+constexpr int32_t kDLCPU = 1, kDLCUDA = 2;
+constexpr uint8_t kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6;
 
-// One array of a batch in device memory; holds the batch's device copy.
+// One array of a batch in device memory; holds the batch's device copy. Or,
+// with `batch` null, one in host memory (a bfloat16 array, which numpy
+// cannot hold), held by `host`.
 struct DeviceArray {
   std::shared_ptr<DeviceBatch> batch;
   const void* data = nullptr;
   std::vector<int64_t> shape;
   DLDataType dtype{kDLUInt, 8, 1};
+  std::shared_ptr<const BatchMemory> host{};
 
-  py::tuple DlpackDevice() const { return py::make_tuple(kDLCUDA, batch->device()); }
+  int32_t device_type() const { return batch ? kDLCUDA : kDLCPU; }
+  int device_id() const { return batch ? batch->device() : 0; }
+  py::tuple DlpackDevice() const { return py::make_tuple(device_type(), device_id()); }
+  std::string Where() const { return batch ? "cuda:" + std::to_string(batch->device()) : "cpu"; }
 
   // The DLPack protocol (array API standard): `stream` is the consumer's
   // stream (None: the legacy default stream; -1: no synchronisation).
@@ -184,12 +200,14 @@ struct DeviceArray {
       throw py::buffer_error("stoker device arrays are exported without a copy");
     }
     if (!dl_device.is_none() && !dl_device.equal(DlpackDevice())) {
-      throw py::buffer_error("a stoker batch on cuda:" + std::to_string(batch->device()) +
+      throw py::buffer_error("a stoker batch on " + Where() +
                              " cannot be exported to another device");
     }
     int64_t s = stream.is_none() ? int64_t(kLegacyDefaultStream) : stream.cast<int64_t>();
-    if (s == 0) throw py::value_error("stream 0 is ambiguous for CUDA (DLPack): pass 1 or 2");
-    if (s != -1) {
+    if (batch && s == 0) {
+      throw py::value_error("stream 0 is ambiguous for CUDA (DLPack): pass 1 or 2");
+    }
+    if (batch && s != -1) {
       Status st;
       {
         py::gil_scoped_release release;
@@ -197,9 +215,9 @@ struct DeviceArray {
       }
       Check(st);
     }
-    auto* ctx = new Ctx{batch, shape};
+    auto* ctx = new Ctx{batch ? std::shared_ptr<const void>(batch) : host, shape};
     DLTensor t{const_cast<void*>(data),
-               {kDLCUDA, batch->device()},
+               {device_type(), device_id()},
                int32_t(shape.size()),
                dtype,
                ctx->shape.data(),
@@ -227,7 +245,7 @@ struct DeviceArray {
   // What a DLPack consumer holds: the device copy and the shape array. Its
   // deleter may run on any thread, without the GIL: no Python objects here.
   struct Ctx {
-    std::shared_ptr<DeviceBatch> batch;
+    std::shared_ptr<const void> owner;  // the device copy, or the host buffer
     std::vector<int64_t> shape;
   };
 
@@ -250,6 +268,112 @@ struct DeviceArray {
     return py::reinterpret_steal<py::object>(cap);
   }
 };
+
+// ---- format 3's typed columns ------------------------------------------------
+
+py::dtype NumpyDType(ElementType t) {
+  switch (t) {
+    case ElementType::kBFloat16:  // numpy has none: the raw bits
+      return py::dtype("uint16");
+    default:
+      return py::dtype(std::string(ElementTypeName(t)));
+  }
+}
+
+DLDataType DlpackDType(ElementType t) {
+  const auto bits = uint8_t(8 * ElementTypeBytes(t));
+  switch (t) {
+    case ElementType::kInt32:
+    case ElementType::kInt64:
+      return {kDLInt, bits, 1};
+    case ElementType::kFloat16:
+    case ElementType::kFloat32:
+    case ElementType::kFloat64:
+      return {kDLFloat, bits, 1};
+    case ElementType::kBFloat16:
+      return {kDLBfloat, bits, 1};
+    default:
+      return {kDLUInt, bits, 1};
+  }
+}
+
+// `shape` elements of `t` at `data` in the host buffer: a view, except where
+// Output asks for bfloat16 through DLPack or for unsigned types widened.
+py::object HostArray(const Batch& b, const Output& out, const py::capsule& owner,
+                     const std::byte* data, ElementType t, const std::vector<int64_t>& shape) {
+  if (t == ElementType::kBFloat16 && !out.from_dlpack.is_none()) {
+    DeviceArray a{nullptr, data, shape, DlpackDType(t), b.memory()};
+    return out.from_dlpack(py::cast(std::move(a)));
+  }
+  py::array view(NumpyDType(t), std::vector<py::ssize_t>(shape.begin(), shape.end()),
+                 const_cast<std::byte*>(data), owner);
+  if (out.widen_unsigned && (t == ElementType::kUInt16 || t == ElementType::kUInt32)) {
+    view = view.attr("astype")(t == ElementType::kUInt16 ? "int32" : "int64");  // a copy
+  }
+  return Out(out, view);
+}
+
+// (N, *item_shape).
+std::vector<int64_t> FixedShape(const Batch::FixedColumn& c, size_t n) {
+  std::vector<int64_t> shape{int64_t(n)};
+  shape.insert(shape.end(), c.item_shape.begin(), c.item_shape.end());
+  return shape;
+}
+
+// A ragged column's data array: (N, longest, *row_shape) padded, else
+// (rows, *row_shape).
+std::vector<int64_t> RaggedShape(const Batch::RaggedColumn& c, size_t n) {
+  std::vector<int64_t> shape{int64_t(n), int64_t(c.max_rows)};
+  if (!c.padded) shape = {c.offsets.empty() ? 0 : c.offsets.back()};
+  shape.insert(shape.end(), c.row_shape.begin(), c.row_shape.end());
+  return shape;
+}
+
+// NAME_lengths (padded) or NAME_offsets: the key of the layout's index.
+std::string RaggedIndexKey(const Batch::RaggedColumn& c) {
+  return c.name + (c.padded ? "_lengths" : "_offsets");
+}
+
+void AddTypedColumns(const Batch& b, const Output& out, const py::capsule& owner, py::dict& d) {
+  const size_t n = b.size();
+  for (const auto& c : b.fixed_columns()) {
+    d[py::str(c.name)] = HostArray(b, out, owner, c.data.data(), c.element, FixedShape(c, n));
+  }
+  for (const auto& c : b.ragged_columns()) {
+    d[py::str(c.name)] = HostArray(b, out, owner, c.data.data(), c.element, RaggedShape(c, n));
+    d[py::str(RaggedIndexKey(c))] =
+        c.padded ? Out(out, c.lengths, owner) : Out(out, c.offsets, owner);
+  }
+}
+
+// A str column as a list of str, a json one as a list of parsed values
+// (json.loads of each; a value that does not parse is a ValueError naming
+// the field and the sample's place in the batch).
+py::object TextColumn(const Batch::BytesColumn& c, size_t n) {
+  const auto* base = reinterpret_cast<const char*>(c.data.data());
+  py::list values(n);
+  const bool json = c.type == format::FieldType::kJson;
+  py::object loads;
+  if (json) loads = py::module_::import("json").attr("loads");
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = base + c.offsets[i];
+    const auto len = py::ssize_t(c.offsets[i + 1] - c.offsets[i]);
+    py::object v;
+    if (json) {
+      try {
+        v = loads(py::bytes(p, size_t(len)));
+      } catch (py::error_already_set& e) {
+        throw py::value_error("json field '" + c.name + "', sample " + std::to_string(i) +
+                              " of the batch: " + std::string(py::str(e.value())));
+      }
+    } else {
+      v = py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(p, len, "strict"));
+      if (!v) throw py::error_already_set();
+    }
+    PyList_SET_ITEM(values.ptr(), py::ssize_t(i), v.release().ptr());
+  }
+  return values;
+}
 
 template <typename T>
 py::object DeviceOut(const Output& out, const Batch& b, const T* host, std::vector<int64_t> shape,
@@ -277,7 +401,22 @@ py::dict DeviceBatchDict(const Batch& b, const Output& out) {
                              : DLDataType{kDLFloat, uint8_t(8 * ImageDTypeSize(c.dtype)), 1};
     d[py::str(c.name)] = DeviceOut(out, b, c.data.data(), ImageShape(c, size_t(n)), t);
   }
+  for (const auto& c : b.fixed_columns()) {
+    d[py::str(c.name)] =
+        DeviceOut(out, b, c.data.data(), FixedShape(c, size_t(n)), DlpackDType(c.element));
+  }
+  for (const auto& c : b.ragged_columns()) {
+    d[py::str(c.name)] =
+        DeviceOut(out, b, c.data.data(), RaggedShape(c, size_t(n)), DlpackDType(c.element));
+    d[py::str(RaggedIndexKey(c))] =
+        c.padded ? DeviceOut(out, b, c.lengths.data(), {n}, {kDLInt, 64, 1})
+                 : DeviceOut(out, b, c.offsets.data(), {n + 1}, {kDLInt, 64, 1});
+  }
   for (const auto& c : b.bytes_columns()) {
+    if (c.type != format::FieldType::kBytes) {  // lists, from the host copy
+      d[py::str(c.name)] = TextColumn(c, size_t(n));
+      continue;
+    }
     py::object offsets = DeviceOut(out, b, c.offsets.data(), {n + 1}, u64);
     py::object data = DeviceOut(out, b, c.data.data(), {int64_t(c.data.size())}, {kDLUInt, 8, 1});
     d[py::str(c.name)] = out.bytes_column.is_none() ? py::object(py::make_tuple(offsets, data))
@@ -295,13 +434,12 @@ void BindBatches(py::module_& m) {
       .def("__dlpack_device__", &DeviceArray::DlpackDevice)
       .def_property_readonly("shape",
                              [](const DeviceArray& a) { return py::tuple(py::cast(a.shape)); })
-      .def_property_readonly("device", [](const DeviceArray& a) { return a.batch->device(); })
+      .def_property_readonly("device", [](const DeviceArray& a) { return a.device_id(); })
       .def("__len__", [](const DeviceArray& a) { return a.shape.empty() ? 0 : a.shape[0]; })
       .def("__repr__", [](const DeviceArray& a) {
         std::string shape;
         for (int64_t x : a.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(x);
-        return "<stoker device array (" + shape + ") on cuda:" + std::to_string(a.batch->device()) +
-               ">";
+        return "<stoker device array (" + shape + ") on " + a.Where() + ">";
       });
   m.def("_built_with_cuda", &BuiltWithCuda);
 }

@@ -41,6 +41,14 @@ py::dict ManifestDict(std::string_view uri, const format::Manifest& m) {
     py::dict field;
     field["name"] = f.name;
     field["type"] = std::string(format::FieldTypeName(f.type));
+    if (f.type == format::FieldType::kArray) {  // a variable dimension is None
+      py::list shape;
+      for (int64_t x : f.shape) {
+        shape.append(x == format::kVariableDim ? py::object(py::none()) : py::int_(x));
+      }
+      field["dtype"] = std::string(format::DTypeName(f.dtype));
+      field["shape"] = py::tuple(shape);
+    }
     fields.append(field);
   }
   py::dict d;
@@ -96,8 +104,10 @@ class LoaderHandle {
     return r->device() ? DeviceBatchDict(*r, output_) : BatchDict(*r, output_);
   }
 
-  void SetOutput(py::object array, py::object bytes_column, bool signed_ids) {
-    output_ = {std::move(array), std::move(bytes_column), signed_ids};
+  void SetOutput(py::object array, py::object bytes_column, bool signed_ids,
+                 py::object from_dlpack, bool widen_unsigned) {
+    output_ = {std::move(array), std::move(bytes_column), signed_ids, std::move(from_dlpack),
+               widen_unsigned};
   }
 
   void StartEpoch(uint64_t epoch, uint64_t position) {
@@ -341,17 +351,85 @@ py::dict Verify(const std::string& uri, uint32_t reads_in_flight) {
   return d;
 }
 
+// ---- a typed dataset for tests ---------------------------------------------
+
+// Writes a dataset of `fields` ((name, type) as `stoker pack` users write
+// types: "float32", "str", "uint32[*]", ...) holding `records` (a list of
+// value lists: int for int64, float for float32/float64, bytes or str for
+// the rest, an array's elements as bytes) in shards of about `shard_bytes`,
+// with ShardBuilder, EncodeShardTable and EncodeManifest. For the tests of
+// the loader's collation (tests/python/test_typed_fields.py), which need a
+// format-3 dataset without the writer (stoker/writer.h).
+py::dict WriteTestDataset(const std::string& uri,
+                          const std::vector<std::pair<std::string, std::string>>& schema,
+                          const py::list& records, uint64_t shard_bytes) {
+  format::Manifest m;
+  for (const auto& [name, type] : schema) {
+    m.fields.push_back(Unwrap(format::ParseFieldSpec(name, type)));
+  }
+  Check(format::CheckSchema(m.fields));
+  m.format_version = format::FormatVersionFor(m.fields);
+  for (size_t b = 0; b < m.dataset_id.size(); ++b) m.dataset_id[b] = uint8_t(b + 1);
+  m.created_by = "stoker tests";
+  std::shared_ptr<Store> store = Unwrap(OpenStore(uri));
+  auto builder = std::make_unique<format::ShardBuilder>(m.fields, m.dataset_id, 0);
+  auto finish = [&] {
+    const auto number = uint32_t(m.shards.size());
+    format::ShardInfo info;
+    info.key = format::ShardKey(number);
+    info.samples = builder->sample_count();
+    m.sample_count += info.samples;
+    m.payload_bytes += builder->payload_bytes();
+    m.max_sample_bytes = std::max(m.max_sample_bytes, builder->max_sample_bytes());
+    const std::vector<std::byte> shard = builder->Finish(&info.index_hash);
+    info.bytes = shard.size();
+    Check(store->Put(info.key, shard));
+    m.shards.push_back(info);
+    builder = std::make_unique<format::ShardBuilder>(m.fields, m.dataset_id, number + 1);
+  };
+  for (const py::handle record : records) {
+    const auto values = record.cast<std::vector<py::object>>();
+    std::vector<std::string> bytes(values.size());
+    std::vector<format::FieldValue> v(values.size());
+    for (size_t f = 0; f < values.size() && f < m.fields.size(); ++f) {
+      const format::FieldType t = m.fields[f].type;
+      if (t == format::FieldType::kInt64) {
+        v[f].i64 = values[f].cast<int64_t>();
+      } else if (t == format::FieldType::kFloat32 || t == format::FieldType::kFloat64) {
+        v[f].f64 = values[f].cast<double>();
+      } else {
+        bytes[f] = values[f].cast<std::string>();  // str as UTF-8
+        v[f].bytes = {reinterpret_cast<const std::byte*>(bytes[f].data()), bytes[f].size()};
+      }
+    }
+    if (builder->sample_count() > 0 && builder->SizeWith(v) > shard_bytes) finish();
+    Check(builder->Add(v));
+  }
+  if (builder->sample_count() > 0) finish();
+  const std::vector<std::byte> table = format::EncodeShardTable(m, &m.table);
+  Check(store->Put(format::kShardTableKey, table));
+  const std::string manifest = format::EncodeManifest(m);
+  Check(store->Put(format::kManifestKey,
+                   {reinterpret_cast<const std::byte*>(manifest.data()), manifest.size()}));
+  return ManifestDict(uri, m);
+}
+
 }  // namespace
 
 void BindLoader(py::module_& m) {
   BindDecode(m);
+  // LoaderOptions is bound with the other options (stoker_ext.cc); the
+  // collation's own option is added here, next to the batches it shapes.
+  auto options = py::reinterpret_borrow<py::class_<LoaderOptions>>(m.attr("_LoaderOptions"));
+  options.def_readwrite("ragged", &LoaderOptions::ragged);
 
   py::class_<LoaderHandle>(m, "_Loader")
       .def(py::init<const std::string&, const LoaderOptions&>(), py::arg("uri"),
            py::arg("options"))
       .def("next", &LoaderHandle::Next)
       .def("set_output", &LoaderHandle::SetOutput, py::arg("array"), py::arg("bytes_column"),
-           py::arg("signed_ids"))
+           py::arg("signed_ids"), py::arg("from_dlpack") = py::none(),
+           py::arg("widen_unsigned") = false)
       .def("start_epoch", &LoaderHandle::StartEpoch, py::arg("epoch"), py::arg("position"))
       .def("num_batches", &LoaderHandle::NumBatches)
       .def("state", &LoaderHandle::State)
@@ -369,6 +447,8 @@ void BindLoader(py::module_& m) {
         py::arg("threads"), py::arg("progress") = py::none(), py::arg("shuffle") = true,
         py::arg("seed") = 0);
   m.def("inspect", &Inspect, py::arg("uri"));
+  m.def("_write_test_dataset", &WriteTestDataset, py::arg("uri"), py::arg("fields"),
+        py::arg("records"), py::arg("shard_bytes") = 4096);
   m.def("verify", &Verify, py::arg("uri"), py::arg("reads_in_flight"));
 }
 

@@ -14,6 +14,28 @@ refers to it and goes back to the loader's pool after:
     bytes field   BytesColumn (offsets uint64[N + 1], data uint8[...]):
                               sample i is data[offsets[i]:offsets[i + 1]]
 
+Format 3's typed fields (collated by the C++ loader; see Batch in
+include/stoker/loader.h):
+
+    float32 / float64 field   float32[N] / float64[N]
+    array, fixed shape        DTYPE[N, *shape], e.g. float16[N, 3, 4]
+    str field                 list of N str
+    json field                list of N parsed values (json.loads of each)
+    array, shape [*, ...]     ragged="padded" (default): DTYPE[N, L, ...],
+                              each sample's rows then zeros up to the
+                              longest, L; and NAME_lengths int64[N], its rows.
+                              ragged="offsets": DTYPE[R, ...], every sample's
+                              rows back to back, and NAME_offsets
+                              int64[N + 1]: sample i is rows
+                              [offsets[i], offsets[i + 1]).
+
+Arrays are views of the batch buffer; str and json lists are copies. numpy
+has no bfloat16: with format="numpy" a bfloat16 array is uint16 (its raw
+bits), with format="torch" a torch.bfloat16 tensor. torch before 2.3 has no
+uint16 or uint32: with format="torch" those arrays are copied into int32 and
+int64 tensors on the host; on the device they stay uint16/uint32 DLPack
+arrays, which such a torch cannot import (use format="dlpack" there).
+
 With format="torch" the same views are torch tensors (torch.from_numpy, so
 still no copy); uint64 arrays become int64 tensors, since torch has no
 uint64.
@@ -397,6 +419,10 @@ class Loader:
         Each key defaults to the value shown (crop "resize", flip 0, no
         normalize, uint8, NHWC).
       fields: the fields to deliver (default: all).
+      ragged: how arrays whose first dimension varies are collated:
+        "padded" (default; NAME is zero-padded to the batch's longest, with
+        NAME_lengths) or "offsets" (rows back to back, with NAME_offsets).
+        Checked by the C++ loader (stoker.InvalidArgumentError).
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.
       reads_in_flight: whole-shard reads outstanding; 0 (default) = the
@@ -444,7 +470,8 @@ class Loader:
                  reads_in_flight=None, memory_budget=None, prefetch=None, shuffle_window=None,
                  read_retries=None, read_timeout=None, direct_io=False, store=None,
                  device=None, device_memory_budget=0, read_unit="auto", cache=None,
-                 cache_bytes=0, cache_policy="planned", ranks_per_node=0, node_affinity=False):
+                 cache_bytes=0, cache_policy="planned", ranks_per_node=0, node_affinity=False,
+                 ragged="padded"):
         self._impl = None  # so close() and __repr__ work if a check below raises
         if not isinstance(uri, (str, os.PathLike)):
             raise TypeError(f"uri must be a str or path, not {type(uri).__name__}")
@@ -508,12 +535,20 @@ class Loader:
         o.cache_bytes = _int("cache_bytes", cache_bytes, 0, _U64)
         o.ranks_per_node = _int("ranks_per_node", ranks_per_node, 0)
         o.node_affinity = _bool("node_affinity", node_affinity)
+        if not isinstance(ragged, str):
+            raise TypeError(f"ragged must be 'padded' or 'offsets', not {type(ragged).__name__}")
+        o.ragged = self.ragged = ragged  # its value is checked by C++
         self._impl = _stoker._Loader(uri, o)
         self.uri = uri
         self.read_unit = self._impl.read_unit  # what "auto" chose
         self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
         delivered = fields or [f["name"] for f in self.info["fields"]]
-        for name in _METADATA_KEYS:
+        # Keys stoker adds: the metadata, and each variable array's index.
+        suffix = "_lengths" if ragged == "padded" else "_offsets"
+        added = list(_METADATA_KEYS) + [
+            f["name"] + suffix for f in self.info["fields"]
+            if f["name"] in delivered and None in f.get("shape", ())]
+        for name in added:
             if name in delivered:
                 self.close()
                 raise ValueError(f"the dataset has a field named {name!r}, which is also a key "
@@ -522,7 +557,8 @@ class Loader:
             import torch  # only when asked for
 
             convert = torch.from_dlpack if self.device else torch.from_numpy
-            self._impl.set_output(array=convert, bytes_column=BytesColumn, signed_ids=True)
+            self._impl.set_output(array=convert, bytes_column=BytesColumn, signed_ids=True,
+                                  from_dlpack=torch.from_dlpack, widen_unsigned=True)
         else:
             self._impl.set_output(array=None, bytes_column=BytesColumn, signed_ids=False)
 
