@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "loader/batch_builder.h"
@@ -320,6 +321,36 @@ TEST(LoaderTyped, RaggedOptionIsChecked) {
   EXPECT_NE(r.status().message().find("ragged must be padded or offsets, not 'jagged'"),
             std::string::npos)
       << r.status().ToString();
+}
+
+// A value whose length does not fit its column (a record that passed its
+// checksum but not the schema) fails the batch, naming it, instead of being
+// copied past its slot.
+TEST(LoaderTyped, LengthThatDoesNotFitIsCorruption) {
+  auto pool = std::make_shared<BufferPool>(64, 2, false);
+  const Bytes twelve = RandomBytes(12, 1), five = RandomBytes(5, 2);
+  for (const auto& [type, value, why] :
+       {std::tuple{"float32[4]", &twelve, "has 12 bytes, not 16"},
+        std::tuple{"uint32[*]", &five, "has 5 bytes, not a whole number of rows of 4"}}) {
+    auto f = format::ParseFieldSpec("x", type);
+    ASSERT_TRUE(f.ok());
+    const std::vector<ColumnSpec> columns = {ColumnSpecFor(*f, false, true)};
+    const uint64_t ids[2] = {0, 1};
+    const Bytes good = RandomBytes(16, 3);
+    BatchSamples s;
+    s.count = 2;
+    s.sample_ids = ids;
+    s.value = [&](size_t i, size_t) -> std::span<const std::byte> {
+      return i == 1 ? *value : good;
+    };
+    s.describe = [](size_t i) { return "sample " + std::to_string(i); };
+    auto r = BatchBuilder::Build(*pool, columns, DecodeOptions{}, s, 0, 0, {});
+    ASSERT_FALSE(r.ok()) << type;
+    EXPECT_EQ(r.status().code(), Code::kCorruption);
+    EXPECT_NE(r.status().message().find(std::string("sample 1: field 'x' ") + why),
+              std::string::npos)
+        << r.status().ToString();
+  }
 }
 
 TEST(LoaderTyped, ColumnSpecs) {
