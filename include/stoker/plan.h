@@ -133,7 +133,8 @@ struct PlanOptions {
 
 // One stretch of this rank's share that reads one window: its steps (indices
 // into the rank's share) and the window's shards, as slots (indices into
-// EpochPlan::ShardAtSlot). A rank visits windows in order; padding that wraps
+// EpochPlan::ShardAtSlot): all of the window's when it is shuffled, only
+// those holding the visit's steps when not. A rank visits windows in order; padding that wraps
 // around visits the first windows again. Every step of the share lies in
 // exactly one visit, and visits are in order of step.
 struct RankVisit {

@@ -150,9 +150,12 @@ std::string FieldSpec::LengthProblem(uint64_t length) const {
   if (type == FieldType::kArray) {
     const uint64_t row = RowBytes();
     if (row != 0 && length % row == 0) return {};
+    const std::string what = shape.size() <= 1
+                                 ? std::string(DTypeName(dtype)) + " elements"
+                                 : "rows of " + ShapeText({shape.begin() + 1, shape.end()}) +
+                                       " " + std::string(DTypeName(dtype));
     return "has length " + std::to_string(length) + ", not a multiple of " + std::to_string(row) +
-           " (rows of " + ShapeText({shape.begin() + 1, shape.end()}) + " " +
-           std::string(DTypeName(dtype)) + ")";
+           " (" + what + ")";
   }
   return {};
 }

@@ -11,12 +11,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "core/file_util.h"
 #include "stoker/plan.h"
+#include "stoker/writer.h"
 
 namespace stoker {
 namespace fs = std::filesystem;
@@ -25,37 +27,6 @@ namespace {
 bool Hidden(const fs::path& p) {
   const std::string name = p.filename().string();
   return !name.empty() && name[0] == '.';
-}
-
-// A pack's note of the shards it may write (docs/format.md §5.1): written
-// before the first shard, removed after the commit. "STOKER-PACK-PENDING N\n".
-constexpr std::string_view kPendingKey = "pack.pending";
-constexpr std::string_view kPendingMagic = "STOKER-PACK-PENDING ";
-
-// How many shards the pack that left a note meant to write; 0 without one.
-// A note that does not parse (another tool's object of that name) counts as
-// none: the worst case is shards left behind, which are harmless.
-Result<uint64_t> ReadPending(Store& dst) {
-  auto raw = dst.ReadAll(kPendingKey);
-  if (!raw.ok()) {
-    if (raw.status().code() == Code::kNotFound) return uint64_t{0};
-    return raw.status().WithContext("reading " + dst.uri() + "/" + std::string(kPendingKey));
-  }
-  const std::string_view text(reinterpret_cast<const char*>(raw->data()), raw->size());
-  if (!text.starts_with(kPendingMagic) || !text.ends_with('\n')) return uint64_t{0};
-  const std::string_view digits =
-      text.substr(kPendingMagic.size(), text.size() - kPendingMagic.size() - 1);
-  uint64_t shards = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), shards);
-  if (ec != std::errc() || end != digits.data() + digits.size() || shards > UINT32_MAX) {
-    return uint64_t{0};
-  }
-  return shards;
-}
-
-Status WritePending(Store& dst, uint64_t shards) {
-  const std::string text = std::string(kPendingMagic) + std::to_string(shards) + "\n";
-  return dst.Put(kPendingKey, std::as_bytes(std::span(text.data(), text.size())));
 }
 
 // Reads a whole source file into `out`. Errors name the file.
@@ -167,26 +138,11 @@ Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const Pac
   for (uint64_t i : PackedOrder(in_order.files.size(), options)) {
     sources.files.push_back(in_order.files[i]);
   }
-  if (options.shard_bytes < format::kShardAlignment ||
-      options.shard_bytes > format::kMaxShardBytes) {
-    return InvalidArgument("shard size must be between 4 KiB and 4 GiB");
-  }
   if (sources.files.empty()) return InvalidArgument("nothing to pack");
-  // Refuse to replace a dataset: its readers would see it change under them.
-  {
-    auto existing = dst.Stat(format::kManifestKey);
-    if (existing.ok()) {
-      return AlreadyExists(dst.uri() + " already holds a stoker dataset (" +
-                           std::string(format::kManifestKey) +
-                           "); remove it or pack to another place");
-    }
-    if (existing.status().code() != Code::kNotFound) return existing.status();
-  }
 
-  // Sizes first, so that shards can be cut deterministically before any
-  // data is read: the same sources always give the same shards.
+  // Sizes first: a missing, special or empty file fails the pack before any
+  // shard is stored.
   const size_t n = sources.files.size();
-  std::vector<uint64_t> sizes(n);
   uint64_t bytes_total = 0;
   for (size_t i = 0; i < n; ++i) {
     struct stat st;
@@ -195,136 +151,90 @@ Result<format::Manifest> Pack(const PackSources& in_order, Store& dst, const Pac
     if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
     if (st.st_size == 0)
       return InvalidArgument(path + ": empty source file (a sample needs bytes)");
-    sizes[i] = static_cast<uint64_t>(st.st_size);
-    bytes_total += sizes[i];
+    bytes_total += static_cast<uint64_t>(st.st_size);
   }
-
-  format::Manifest m;
-  m.dataset_id = format::NewDatasetId();
-  m.fields = {{"image", format::FieldType::kBytes}, {"label", format::FieldType::kInt64}};
-  m.classes = sources.classes;
-  m.created_by = std::string("stoker ") + STOKER_VERSION + " pack";
-
-  // Cut shards: consecutive samples while the shard stays under the target.
-  struct Cut {
-    size_t begin, end;
-  };
-  std::vector<Cut> cuts;
-  {
-    size_t begin = 0;
-    uint64_t estimate = 0;
-    // Per sample: the record (bytes + 8-byte label) and its index entry.
-    const uint64_t entry = 24;  // round_up(16 + 4 * 2 fields, 8), docs/format.md §3.3
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t add = sizes[i] + 8 + entry + 8;  // + up to 8 of index alignment
-      if (i > begin && format::kShardHeaderBytes + estimate + add > options.shard_bytes) {
-        cuts.push_back({begin, i});
-        begin = i;
-        estimate = 0;
-      }
-      estimate += add;
-    }
-    cuts.push_back({begin, n});
-  }
-  if (cuts.size() > UINT32_MAX) return InvalidArgument("too many shards");
-  // What an earlier pack here that did not finish meant to write, and what
-  // this one will write, before any shard is: whichever is killed, the next
-  // pack knows which shards may be left behind, without listing the store.
-  STOKER_ASSIGN_OR_RETURN(const uint64_t earlier, ReadPending(dst));
-  STOKER_RETURN_IF_ERROR(WritePending(dst, std::max<uint64_t>(earlier, cuts.size())));
-
-  // Each shard's entry, by shard number, as the workers finish them.
-  struct Written {
-    uint64_t bytes = 0;
-    uint32_t samples = 0;
-    uint64_t index_hash = 0;
-  };
-  std::vector<Written> written(cuts.size());
 
   uint32_t threads = options.threads;
   if (threads == 0) threads = std::max(2u, 2 * std::thread::hardware_concurrency());
-  threads = std::min<uint32_t>(threads, static_cast<uint32_t>(cuts.size()));
-
-  std::atomic<size_t> next{0};
-  std::mutex mu;  // guards first_error, progress, m's totals
-  Status first_error;
   PackProgress progress;
   progress.files_total = n;
   progress.bytes_total = bytes_total;
-  std::atomic<bool> failed{false};
+  WriterOptions wo;
+  wo.shard_bytes = options.shard_bytes;
+  wo.threads = std::min(threads, 8u);
+  wo.classes = sources.classes;
+  wo.created_by = std::string("stoker ") + STOKER_VERSION + " pack";
+  wo.store = options.store;
+  if (options.progress) {
+    wo.progress = [&](const WriterProgress& p) {
+      progress.files_done = p.records;
+      progress.bytes_done = p.bytes;
+      progress.shards_written = p.shards_stored;
+      options.progress(progress);
+    };
+  }
+  // The writer stores into `dst`, which the caller owns and keeps alive.
+  std::shared_ptr<Store> borrowed(&dst, [](Store*) {});
+  STOKER_ASSIGN_OR_RETURN(
+      auto writer,
+      DatasetWriter::Create(borrowed,
+                            {{"image", format::FieldType::kBytes}, {"label", format::FieldType::kInt64}},
+                            wo));
 
-  auto worker = [&] {
-    std::vector<std::byte> data;
-    while (!failed.load()) {
-      const size_t s = next.fetch_add(1);
-      if (s >= cuts.size()) return;
-      format::ShardBuilder builder(m.fields, m.dataset_id, static_cast<uint32_t>(s));
-      uint64_t bytes_in = 0;
-      Status st;
-      for (size_t i = cuts[s].begin; i < cuts[s].end && st.ok(); ++i) {
-        st = ReadSource(sources.files[i].path, &data);
-        if (!st.ok()) break;
-        format::FieldValue values[2];
-        values[0].bytes = data;
-        values[1].i64 = sources.files[i].label;
-        st = builder.Add(values);
-        if (!st.ok()) st = st.WithContext(sources.files[i].path);
-        bytes_in += data.size();
-      }
-      Written w;
-      if (st.ok()) {
-        w.samples = builder.sample_count();
-        const uint64_t payload = builder.payload_bytes();
-        const uint64_t max_sample = builder.max_sample_bytes();
-        std::vector<std::byte> shard = builder.Finish(&w.index_hash);
-        w.bytes = shard.size();
-        st = dst.Put(format::ShardKey(static_cast<uint32_t>(s)), shard);
-        if (st.ok()) {
+  // Files are read `threads` at a time, a window ahead of the writer, which
+  // takes them in the packed order: the same sources always give the same
+  // shards.
+  const size_t window = std::max<size_t>(64, 4 * size_t{threads});
+  auto read_window = [&](size_t begin, std::vector<std::vector<std::byte>>* out) -> Status {
+    const size_t end = std::min(n, begin + window);
+    out->resize(end - begin);
+    std::atomic<size_t> next{begin};
+    std::mutex mu;
+    Status first;
+    auto reader = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < end;) {
+        Status st = ReadSource(sources.files[i].path, &(*out)[i - begin]);
+        if (!st.ok()) {
           std::lock_guard lock(mu);
-          m.payload_bytes += payload;
-          m.max_sample_bytes = std::max(m.max_sample_bytes, max_sample);
+          if (first.ok()) first = st;
+          return;
         }
       }
-      std::lock_guard lock(mu);
-      if (!st.ok()) {
-        if (first_error.ok()) first_error = st;
-        failed = true;
-        return;
-      }
-      written[s] = w;
-      progress.files_done += cuts[s].end - cuts[s].begin;
-      progress.bytes_done += bytes_in;
-      progress.shards_written++;
-      if (options.progress) options.progress(progress);
-    }
+    };
+    std::vector<std::thread> pool;
+    const size_t workers = std::min<size_t>(threads, end - begin);
+    for (size_t t = 1; t < workers; ++t) pool.emplace_back(reader);
+    reader();
+    for (auto& t : pool) t.join();
+    return first;
   };
-  std::vector<std::thread> pool;
-  for (uint32_t t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (!first_error.ok()) {
-    return first_error.WithContext("pack into " + dst.uri() + " failed, no dataset was created");
+  auto fail = [&](const Status& st) {
+    return st.WithContext("pack into " + dst.uri() + " failed, no dataset was created");
+  };
+  std::vector<std::vector<std::byte>> current, ahead;
+  if (Status st = read_window(0, &current); !st.ok()) return fail(st);
+  for (size_t begin = 0; begin < n; begin += window) {
+    std::future<Status> next_read;
+    if (begin + window < n) {
+      next_read = std::async(std::launch::async, read_window, begin + window, &ahead);
+    }
+    Status st;
+    for (size_t k = 0; k < current.size() && st.ok(); ++k) {
+      format::FieldValue values[2];
+      values[0].bytes = current[k];
+      values[1].i64 = sources.files[begin + k].label;
+      st = writer->Write(values);
+      if (!st.ok()) st = st.WithContext(sources.files[begin + k].path);
+    }
+    if (next_read.valid()) {
+      Status read = next_read.get();
+      if (st.ok()) st = read;
+    }
+    if (!st.ok()) return fail(st);
+    std::swap(current, ahead);
   }
-
-  m.shards.reserve(written.size());
-  for (const Written& w : written) m.shards.AppendNumbered(w.bytes, w.samples, w.index_hash);
-  m.sample_count = m.shards.total_samples();
-
-  // The shard table, then the commit: the manifest, which names the table
-  // by its header's hash, so that a table left by a killed pack is never
-  // taken for this one's (docs/format.md §5.1).
-  const std::vector<std::byte> table = format::EncodeShardTable(m, &m.table);
-  STOKER_RETURN_IF_ERROR(dst.Put(m.table.key, table));
-  const std::string text = format::EncodeManifest(m);
-  STOKER_RETURN_IF_ERROR(
-      dst.Put(format::kManifestKey, std::as_bytes(std::span(text.data(), text.size()))));
-
-  // Shards an earlier, killed pack wrote past this one's last are not part
-  // of this dataset; remove them (best effort: they are harmless, only
-  // wasted space), then the note that named them.
-  for (uint64_t s = cuts.size(); s < earlier; ++s) {
-    (void)dst.Remove(format::ShardKey(static_cast<uint32_t>(s)));
-  }
-  (void)dst.Remove(kPendingKey);
+  auto m = writer->Close();
+  if (!m.ok()) return m.status();
   return m;
 }
 

@@ -389,7 +389,20 @@ void EpochPlan::AppendVisits(uint32_t segment, uint64_t offset, uint64_t stride,
       const uint64_t to = std::min(qb - 1, last_q);
       if (offset + j_lo * stride > to) continue;  // no step of this rank here
       const uint64_t j_hi = (to - offset) / stride;
-      out->push_back({j_lo, j_hi, ws, we});
+      uint32_t first = ws, end = we;
+      if (!o.shuffle) {
+        // Unshuffled, a window's positions are its shards' samples in slot
+        // order: only the slots holding this rank's steps are read (a resume
+        // mid-window skips the shards before it).
+        auto slot_of = [&](uint64_t q) {
+          const uint64_t pos = base + (q - pass * period);
+          return uint32_t(std::upper_bound(o.position.begin() + ws, o.position.begin() + we, pos) -
+                          o.position.begin() - 1);
+        };
+        first = slot_of(offset + j_lo * stride);
+        end = slot_of(offset + j_hi * stride) + 1;
+      }
+      out->push_back({j_lo, j_hi, first, end});
     }
   }
 }

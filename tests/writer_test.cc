@@ -1,0 +1,235 @@
+// DatasetWriter: typed records in, a dataset out; bad records, a killed
+// writer, a full disk, parts written in parallel and committed once.
+#include "stoker/writer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stoker/dataset.h"
+#include "testutil.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+using format::FieldSpec;
+using format::FieldValue;
+using testing::TempDir;
+
+std::vector<FieldSpec> Schema() {
+  std::vector<FieldSpec> f;
+  for (auto [name, type] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"image", "jpeg"}, {"caption", "str"}, {"meta", "json"}, {"score", "float32"},
+           {"tokens", "uint32[*]"}, {"label", "int64"}}) {
+    f.push_back(*format::ParseFieldSpec(name, type));
+  }
+  return f;
+}
+
+std::span<const std::byte> B(std::string_view s) { return std::as_bytes(std::span(s)); }
+
+// Record i: an image of i % 5000 + 1 bytes, a caption, JSON, a score, i % 7
+// tokens and a label.
+struct Rec {
+  std::vector<std::byte> image;
+  std::string caption, meta;
+  std::vector<uint32_t> tokens;
+  std::vector<FieldValue> values;
+};
+Rec MakeRec(uint64_t i) {
+  Rec r;
+  r.image = testing::RandomBytes(i * 37 % 5000 + 1, i);
+  r.caption = "caption " + std::to_string(i) + " ünï";
+  r.meta = "{\"i\": " + std::to_string(i) + ", \"tags\": [\"a\"]}";
+  for (uint32_t t = 0; t < i % 7; ++t) r.tokens.push_back(static_cast<uint32_t>(i * 100 + t));
+  r.values.resize(6);
+  r.values[0].bytes = r.image;
+  r.values[1].bytes = B(r.caption);
+  r.values[2].bytes = B(r.meta);
+  r.values[3].f64 = 0.5 * static_cast<double>(i);
+  r.values[4].bytes = std::as_bytes(std::span(r.tokens));
+  r.values[5].i64 = -static_cast<int64_t>(i);
+  return r;
+}
+
+// Every sample of the dataset at `uri` is MakeRec(first + its index).
+void ExpectRecords(const std::string& uri, uint64_t n, uint64_t first = 0) {
+  auto store = OpenStore(uri);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto m = ReadManifest(**store);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->sample_count, n);
+  EXPECT_EQ(m->fields, Schema());
+  EXPECT_EQ(m->format_version, 3u);
+  uint64_t seen = 0;
+  for (uint32_t s = 0; s < m->shards.size(); ++s) {
+    auto e = format::ExpectationFor(*m, s);
+    auto bytes = (*store)->ReadAll(e.key);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    auto view = format::ShardView::Parse(*bytes, e);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    for (uint32_t k = 0; k < view->sample_count(); ++k, ++seen) {
+      ASSERT_TRUE(view->VerifySample(k).ok());
+      Rec want = MakeRec(first + seen);
+      for (size_t f : {0u, 1u, 2u, 4u}) {
+        auto got = view->Field(k, static_cast<uint32_t>(f));
+        ASSERT_TRUE(std::equal(got.begin(), got.end(), want.values[f].bytes.begin(),
+                               want.values[f].bytes.end()))
+            << "sample " << seen << " field " << f;
+      }
+      float score;
+      std::memcpy(&score, view->Field(k, 3).data(), 4);
+      EXPECT_EQ(score, static_cast<float>(want.values[3].f64));
+      EXPECT_EQ(view->Int64(k, 5), want.values[5].i64);
+    }
+  }
+  EXPECT_EQ(seen, n);
+}
+
+TEST(DatasetWriter, TypedRecordsRoundTripAndShardsAreCut) {
+  TempDir d;
+  const std::string uri = (d.path() / "ds").string();
+  WriterOptions o;
+  o.shard_bytes = 64 << 10;
+  o.threads = 3;
+  std::vector<WriterProgress> seen;
+  o.progress = [&](const WriterProgress& p) { seen.push_back(p); };
+  auto w = DatasetWriter::Create(uri, Schema(), o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (uint64_t i = 0; i < 500; ++i) ASSERT_TRUE((*w)->Write(MakeRec(i).values).ok()) << i;
+  EXPECT_FALSE(fs::exists(d.path() / "ds" / "manifest.stoker")) << "nothing visible before Close";
+  EXPECT_TRUE(fs::exists(d.path() / "ds" / "pack.pending"));
+  auto m = (*w)->Close();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_GT(m->shards.size(), 10u);
+  for (const auto& s : m->shards) EXPECT_LE(s.bytes, 64u << 10);
+  EXPECT_FALSE(fs::exists(d.path() / "ds" / "pack.pending"));
+  ExpectRecords(uri, 500);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().records, 500u);
+  EXPECT_EQ(seen.back().shards_stored, m->shards.size());
+  EXPECT_EQ(seen.back().bytes, m->payload_bytes);
+  // Close again: the same result; Write after Close is refused.
+  EXPECT_EQ((*w)->Close()->IdHex(), m->IdHex());
+  EXPECT_EQ((*w)->Write(MakeRec(0).values).code(), Code::kInvalidArgument);
+  // A second writer into a dataset is refused.
+  auto again = DatasetWriter::Create(uri, Schema(), o);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), Code::kAlreadyExists);
+}
+
+TEST(DatasetWriter, BadRecordsNameTheRecordAndTheFieldAndAreNotWritten) {
+  TempDir d;
+  const std::string uri = (d.path() / "ds").string();
+  auto w = DatasetWriter::Create(uri, Schema(), {});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Write(MakeRec(0).values).ok());
+  struct Case {
+    size_t field;
+    std::string value;
+    std::string want;
+  };
+  const std::string bad_utf8 = "ok \xC3\x28 no";
+  const std::string surrogate = "\xED\xA0\x80";
+  const std::string overlong = "\xC0\xAF";
+  for (const Case& c : std::vector<Case>{
+           {1, bad_utf8, "'caption' (str) is not UTF-8 (byte 3)"},
+           {1, surrogate, "is not UTF-8 (byte 0)"},
+           {1, overlong, "is not UTF-8 (byte 0)"},
+           {2, "{\"a\": }", "'meta' (json) is not one JSON value"},
+           {2, "{} {}", "is not one JSON value"},
+           {4, "abcdef", "'tokens' (array uint32[*]) has length 6, not a multiple of 4 (uint32 elements)"}}) {
+    Rec r = MakeRec(1);
+    r.values[c.field].bytes = B(c.value);
+    Status st = (*w)->Write(r.values);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << c.want;
+    EXPECT_NE(st.message().find("record 1: field "), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find(c.want), std::string::npos) << st.ToString();
+  }
+  Rec r = MakeRec(1);
+  r.values.pop_back();
+  Status st = (*w)->Write(r.values);
+  EXPECT_NE(st.message().find("record 1: 5 values, the schema has 6 fields (image, caption"),
+            std::string::npos)
+      << st.ToString();
+  // The writer goes on after a bad record: record 1 is the next good one.
+  ASSERT_TRUE((*w)->Write(MakeRec(1).values).ok());
+  ASSERT_TRUE((*w)->Close().ok());
+  ExpectRecords(uri, 2);
+
+  // Bad schemas and an empty dataset.
+  auto bad = DatasetWriter::Create((d.path() / "x").string(),
+                                   {{"a b", format::FieldType::kBytes}}, {});
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  auto empty = DatasetWriter::Create((d.path() / "empty").string(), Schema(), {});
+  ASSERT_TRUE(empty.ok());
+  auto none = (*empty)->Close();
+  EXPECT_EQ(none.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("no records written"), std::string::npos);
+  EXPECT_FALSE(fs::exists(d.path() / "empty" / "manifest.stoker"));
+}
+
+TEST(DatasetWriter, AKilledWriterLeavesNothingVisibleAndTheNextCleansUp) {
+  TempDir d;
+  const std::string uri = (d.path() / "ds").string();
+  WriterOptions o;
+  o.shard_bytes = 16 << 10;
+  {
+    auto w = DatasetWriter::Create(uri, Schema(), o);
+    ASSERT_TRUE(w.ok());
+    for (uint64_t i = 0; i < 400; ++i) ASSERT_TRUE((*w)->Write(MakeRec(i).values).ok());
+    // Destroyed without Close: a kill, an exception.
+  }
+  EXPECT_FALSE(fs::exists(d.path() / "ds" / "manifest.stoker"));
+  auto store = OpenStore(uri);
+  EXPECT_EQ(ReadManifest(**store).status().code(), Code::kNotFound);
+  size_t left = 0;
+  for (auto& e : fs::directory_iterator(d.path() / "ds" / "shards")) left += e.is_regular_file();
+  EXPECT_GT(left, 20u);
+  // The next writer here writes fewer records; the killed one's extra
+  // shards and the note go.
+  auto w = DatasetWriter::Create(uri, Schema(), o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (uint64_t i = 0; i < 30; ++i) ASSERT_TRUE((*w)->Write(MakeRec(i).values).ok());
+  auto m = (*w)->Close();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  size_t now = 0;
+  for (auto& e : fs::directory_iterator(d.path() / "ds" / "shards")) now += e.is_regular_file();
+  EXPECT_EQ(now, m->shards.size());
+  EXPECT_FALSE(fs::exists(d.path() / "ds" / "pack.pending"));
+  ExpectRecords(uri, 30);
+}
+
+TEST(DatasetWriter, AFullDiskNamesTheShardAndCommitsNothing) {
+  if (std::string why = testing::PowerCutDisk::Unavailable(); !why.empty()) {
+    GTEST_SKIP() << "no small file system to fill: " << why;
+  }
+  testing::PowerCutDisk disk(8 << 20);
+  const std::string uri = (disk.path() / "ds").string();
+  WriterOptions o;
+  o.shard_bytes = 256 << 10;
+  auto w = DatasetWriter::Create(uri, Schema(), o);
+  ASSERT_TRUE(w.ok());
+  Status st;
+  std::vector<std::byte> big = testing::RandomBytes(100 << 10, 3);
+  for (uint64_t i = 0; i < 400 && st.ok(); ++i) {
+    Rec r = MakeRec(i);
+    r.values[0].bytes = big;
+    st = (*w)->Write(r.values);
+  }
+  auto m = (*w)->Close();
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kNoSpace) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("storing shard "), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("no dataset was created"), std::string::npos);
+  if (!st.ok()) EXPECT_EQ(st.code(), Code::kNoSpace) << st.ToString();
+  EXPECT_FALSE(fs::exists(disk.path() / "ds" / "manifest.stoker"));
+}
+
+}  // namespace
+}  // namespace stoker
