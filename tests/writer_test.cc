@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/loader.h"
 #include "testutil.h"
 
 namespace stoker {
@@ -229,6 +231,92 @@ TEST(DatasetWriter, AFullDiskNamesTheShardAndCommitsNothing) {
   EXPECT_NE(m.status().message().find("no dataset was created"), std::string::npos);
   if (!st.ok()) EXPECT_EQ(st.code(), Code::kNoSpace) << st.ToString();
   EXPECT_FALSE(fs::exists(disk.path() / "ds" / "manifest.stoker"));
+}
+
+
+TEST(DatasetWriter, PartsWrittenInParallelAndCommittedOnce) {
+  TempDir d;
+  const std::string uri = (d.path() / "ds").string();
+  constexpr uint32_t kParts = 4;
+  constexpr uint64_t kPer = 150;
+  WriterOptions o;
+  o.shard_bytes = 32 << 10;
+  // Part 2 is not there yet: the commit names it.
+  std::vector<std::thread> writers;
+  std::vector<Status> results(kParts);
+  auto write_part = [&](uint32_t p) {
+    auto w = DatasetWriter::CreatePart(uri, p, Schema(), o);
+    if (!w.ok()) {
+      results[p] = w.status();
+      return;
+    }
+    for (uint64_t i = 0; i < kPer; ++i) {
+      if (Status st = (*w)->Write(MakeRec(p * kPer + i).values); !st.ok()) {
+        results[p] = st;
+        return;
+      }
+    }
+    results[p] = (*w)->Close().status();
+  };
+  for (uint32_t p : {0u, 1u, 3u}) writers.emplace_back(write_part, p);
+  for (auto& t : writers) t.join();
+  for (uint32_t p : {0u, 1u, 3u}) ASSERT_TRUE(results[p].ok()) << results[p].ToString();
+  auto missing = CommitParts(uri, kParts);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_NE(missing.status().message().find("part 2 of 4"), std::string::npos)
+      << missing.status().ToString();
+  EXPECT_FALSE(fs::exists(d.path() / "ds" / "manifest.stoker"));
+  // Its writer runs (again) and the commit goes through.
+  write_part(2);
+  ASSERT_TRUE(results[2].ok()) << results[2].ToString();
+  auto m = CommitParts(uri, kParts);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->shards.parts().size(), kParts);
+  EXPECT_EQ(m->shards.key(0), "parts/000000/shards/000000.stks");
+  EXPECT_EQ(m->shards.Find(m->shards.key(m->shards.size() - 1)),
+            static_cast<int64_t>(m->shards.size() - 1));
+  EXPECT_EQ(m->shards.Find("parts/000009/shards/000000.stks"), -1);
+  // Read back through the table and the parts: every record, in part order.
+  ExpectRecords(uri, kParts * kPer);
+  // The loader reads it as any dataset: every sample once.
+  LoaderOptions lo;
+  lo.batch_size = 32;
+  lo.fields = {"label"};
+  auto loader = Loader::Open(uri, lo);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  std::vector<int64_t> labels;
+  for (;;) {
+    auto batch = (*loader)->Next();
+    if (!batch.ok()) {
+      ASSERT_EQ(batch.status().code(), Code::kOutOfRange) << batch.status().ToString();
+      break;
+    }
+    const auto& v = batch->int64("label")->values;
+    labels.insert(labels.end(), v.begin(), v.end());
+  }
+  std::sort(labels.begin(), labels.end());
+  ASSERT_EQ(labels.size(), kParts * kPer);
+  for (size_t i = 0; i < labels.size(); ++i) {
+    ASSERT_EQ(labels[i], -static_cast<int64_t>(labels.size() - 1 - i));
+  }
+  // Committed once: again is AlreadyExists.
+  EXPECT_EQ(CommitParts(uri, kParts).status().code(), Code::kAlreadyExists);
+
+  // A part of another schema is refused, naming it.
+  TempDir e;
+  const std::string other = (e.path() / "ds").string();
+  auto a = DatasetWriter::CreatePart(other, 0, Schema(), o);
+  ASSERT_TRUE((*a)->Write(MakeRec(0).values).ok());
+  ASSERT_TRUE((*a)->Close().ok());
+  auto b = DatasetWriter::CreatePart(other, 1, {{"x", format::FieldType::kBytes}}, o);
+  FieldValue v;
+  v.bytes = B("x");
+  ASSERT_TRUE((*b)->Write(std::span(&v, 1)).ok());
+  ASSERT_TRUE((*b)->Close().ok());
+  auto bad = CommitParts(other, 2);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("part 1"), std::string::npos) << bad.status().ToString();
 }
 
 }  // namespace

@@ -165,6 +165,14 @@ struct ShardInfo {
   uint64_t index_hash = 0;    // xxh3-64 of the shard's index (§3.3)
 };
 
+// A dataset written in parts (§2.6): part j's shards lie under PREFIX/ as
+// that part's own dataset wrote them, numbered from 0 and carrying its id.
+struct PartRef {
+  std::string prefix;      // "parts/000003"
+  DatasetId dataset_id{};  // the part's own id, in its shards' headers
+  uint32_t shards = 0;     // its shard count (>= 1)
+};
+
 // The shards of a dataset, in global sample order, held compactly: 20 bytes
 // per shard and nothing allocated per shard (a prefix sum of the sample
 // counts, the sizes in units of kShardAlignment, the index hashes). A key is
@@ -249,6 +257,17 @@ class ShardTable {
   // Some key is not ShardKey(i) (only in tables from v1 manifests).
   bool has_own_keys() const { return !keys_.empty(); }
 
+  // A dataset of parts (§2.6): shard i is shard `local` of part `part`, its
+  // key PREFIX/ShardKey(local). Set before or after the records; kept by
+  // clear(). O(parts) memory; lookups O(log parts).
+  void SetParts(std::vector<PartRef> parts);
+  const std::vector<PartRef>& parts() const { return parts_; }
+  // Where shard i lies: its part (-1 without parts) and number there (i
+  // without parts). Needs no records: i may be any shard the parts cover.
+  int32_t PartOf(size_t i, uint32_t* local) const;
+  // The key of shard i from the parts alone (ShardKey(i) without parts).
+  std::string NumberedKey(size_t i) const;
+
  private:
   void AppendFields(uint64_t bytes, uint32_t samples, uint64_t index_hash);
 
@@ -256,6 +275,8 @@ class ShardTable {
   std::vector<uint32_t> units_;       // bytes / kShardAlignment
   std::vector<uint64_t> index_hash_;  // one per shard
   std::vector<std::string> keys_;     // empty, or one per shard (see has_own_keys)
+  std::vector<PartRef> parts_;        // empty, or the parts (§2.6)
+  std::vector<uint32_t> part_first_;  // parts_.size() + 1: prefix sums of their shards
 };
 
 // What a v2 manifest says of its shard table (§2.2): enough to find it and to

@@ -96,6 +96,7 @@ Status ReadShardTable(Store& store, format::Manifest* m) {
     if (b == 0) shards.reserve(r.record_count());
     return r.Block(b, d, &shards);
   }));
+  shards.SetParts(m->shards.parts());
   m->shards = std::move(shards);
   return Status::Ok();
 }

@@ -241,6 +241,50 @@ Status DecodeTableRef(const json& root, const Checker& c, Manifest* m) {
   return Status::Ok();
 }
 
+// §2.6: a dataset of parts (format 3, optional "parts"). Part j's prefix is
+// a valid key, the prefixes ascend (so that a key finds its part), each part
+// has >= 1 shard and together they have the table's records.
+Status DecodeParts(const json& root, const Checker& c, uint32_t version, Manifest* m) {
+  if (version < 3 || !root.contains("parts")) return Status::Ok();
+  const json* arr;
+  STOKER_RETURN_IF_ERROR(c.GetArray(root, "parts", "parts", &arr));
+  std::vector<PartRef> parts;
+  uint64_t total = 0;
+  for (size_t j = 0; j < arr->size(); ++j) {
+    const json& pj = (*arr)[j];
+    const std::string path = Indexed("parts", j);
+    if (!pj.is_object()) return c.TypeError(path, "an object", pj);
+    PartRef p;
+    const std::string* s;
+    STOKER_RETURN_IF_ERROR(c.GetString(pj, "prefix", path + ".prefix", &s));
+    if (std::string problem = KeyProblem(*s); !problem.empty()) {
+      return c.Error(path + ".prefix", "bad prefix '" + *s + "': " + problem);
+    }
+    if (!parts.empty() && *s <= parts.back().prefix) {
+      return c.Error(path + ".prefix", "'" + *s + "' does not come after '" +
+                                           parts.back().prefix + "'");
+    }
+    p.prefix = *s;
+    STOKER_RETURN_IF_ERROR(c.GetString(pj, "dataset_id", path + ".dataset_id", &s));
+    if (!ParseIdHex(*s, &p.dataset_id)) {
+      return c.Error(path + ".dataset_id", "'" + *s + "' is not 32 lowercase hex digits");
+    }
+    uint64_t n;
+    STOKER_RETURN_IF_ERROR(c.GetUnsigned(pj, "shards", path + ".shards", UINT32_MAX, &n));
+    if (n == 0) return c.Error(path + ".shards", "a part has at least one shard");
+    p.shards = static_cast<uint32_t>(n);
+    total += n;
+    parts.push_back(std::move(p));
+  }
+  if (total != m->table.records) {
+    return c.Error("parts", "the parts hold " + std::to_string(total) +
+                                " shards, shard_table.records is " +
+                                std::to_string(m->table.records));
+  }
+  m->shards.SetParts(std::move(parts));
+  return Status::Ok();
+}
+
 // §2.4, "consistency of the totals": what needs no shard list (the rest is
 // checked against the shards: DecodeShardsV1, ShardTableReader::Finish).
 Status CheckTotals(const Checker& c, uint64_t min_record, const Manifest& m) {
@@ -333,6 +377,7 @@ Status DecodeBody(const json& root, uint32_t header_version, std::string_view wh
     STOKER_RETURN_IF_ERROR(DecodeShardsV1(root, c, entry_bytes, m));
   } else {
     STOKER_RETURN_IF_ERROR(DecodeTableRef(root, c, m));
+    STOKER_RETURN_IF_ERROR(DecodeParts(root, c, header_version, m));
   }
   return CheckTotals(c, min_record, *m);
 }
@@ -405,12 +450,21 @@ std::string Frame(const nlohmann::ordered_json& j, uint32_t version) {
 }  // namespace
 
 std::string EncodeManifest(const Manifest& m) {
-  const uint32_t version = FormatVersionFor(m.fields);
+  const auto& parts = m.shards.parts();
+  const uint32_t version = parts.empty() ? FormatVersionFor(m.fields) : 3;
   nlohmann::ordered_json j = BodyHead(m, version);
   j["shard_table"] = {{"key", m.table.key},
                       {"records", m.table.records},
                       {"bytes", m.table.bytes},
                       {"header_hash", Hex16(m.table.header_hash)}};
+  if (!parts.empty()) {
+    auto& pj = j["parts"] = nlohmann::ordered_json::array();
+    for (const PartRef& p : parts) {
+      pj.push_back({{"prefix", p.prefix},
+                    {"dataset_id", HexBytes(p.dataset_id.data(), p.dataset_id.size())},
+                    {"shards", p.shards}});
+    }
+  }
   return Frame(j, version);
 }
 
@@ -465,6 +519,12 @@ ShardExpectation DatasetExpectation(const Manifest& m, uint32_t shard_number) {
   ShardExpectation e;
   e.shard_number = shard_number;
   e.dataset_id = m.dataset_id;
+  // A part's shards carry its own id and numbers (§2.6).
+  uint32_t local;
+  if (const int32_t p = m.shards.PartOf(shard_number, &local); p >= 0) {
+    e.shard_number = local;
+    e.dataset_id = m.shards.parts()[p].dataset_id;
+  }
   e.field_count = static_cast<uint32_t>(m.fields.size());
   e.fields = m.fields;
   return e;

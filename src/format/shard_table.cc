@@ -110,7 +110,32 @@ void ShardTable::push_back(const ShardInfo& s) {
 
 std::string ShardTable::key(size_t i) const {
   if (!keys_.empty()) return keys_[i];
-  return ShardKey(static_cast<uint32_t>(i));
+  return NumberedKey(i);
+}
+
+void ShardTable::SetParts(std::vector<PartRef> parts) {
+  parts_ = std::move(parts);
+  part_first_.assign(1, 0);
+  for (const PartRef& p : parts_) part_first_.push_back(part_first_.back() + p.shards);
+  if (parts_.empty()) part_first_.clear();
+}
+
+int32_t ShardTable::PartOf(size_t i, uint32_t* local) const {
+  if (parts_.empty()) {
+    *local = static_cast<uint32_t>(i);
+    return -1;
+  }
+  auto it = std::upper_bound(part_first_.begin(), part_first_.end(), static_cast<uint32_t>(i));
+  const size_t p = std::min<size_t>(size_t(it - part_first_.begin()) - 1, parts_.size() - 1);
+  *local = static_cast<uint32_t>(i - part_first_[p]);
+  return static_cast<int32_t>(p);
+}
+
+std::string ShardTable::NumberedKey(size_t i) const {
+  uint32_t local;
+  const int32_t p = PartOf(i, &local);
+  if (p < 0) return ShardKey(local);
+  return parts_[p].prefix + "/" + ShardKey(local);
 }
 
 ShardInfo ShardTable::operator[](size_t i) const {
@@ -143,6 +168,19 @@ int64_t ShardTable::Find(std::string_view key) const {
       if (keys_[i] == key) return static_cast<int64_t>(i);
     }
     return -1;
+  }
+  if (!parts_.empty()) {
+    // PREFIX/shards/NNNNNN.stks: the part by its prefix, then the number.
+    const size_t slash = key.find("/shards/");
+    if (slash == std::string_view::npos) return -1;
+    const std::string_view prefix = key.substr(0, slash);
+    auto it = std::lower_bound(parts_.begin(), parts_.end(), prefix,
+                               [](const PartRef& p, std::string_view k) { return p.prefix < k; });
+    if (it == parts_.end() || it->prefix != prefix) return -1;
+    const int64_t n = ShardKeyNumber(key.substr(slash + 1));
+    if (n < 0 || static_cast<uint64_t>(n) >= it->shards) return -1;
+    const int64_t i = int64_t{part_first_[size_t(it - parts_.begin())]} + n;
+    return static_cast<uint64_t>(i) < size() ? i : -1;
   }
   const int64_t n = ShardKeyNumber(key);
   return n >= 0 && static_cast<uint64_t>(n) < size() ? n : -1;
@@ -405,7 +443,7 @@ Status ShardTableReader::Block(uint32_t b, std::span<const std::byte> data,
   ShardInfo info;
   return CheckBlock(
       b, data, [&](uint32_t i, uint64_t bytes, uint32_t samples, uint64_t first, uint64_t hash) {
-        info.key = ShardKey(i);
+        info.key = m_.shards.NumberedKey(i);
         info.bytes = bytes;
         info.samples = samples;
         info.first_sample = first;
@@ -447,6 +485,7 @@ Status DecodeShardTable(std::span<const std::byte> table, std::string_view where
     STOKER_RETURN_IF_ERROR(r.Block(b, table.subspan(offset, length), &shards));
   }
   STOKER_RETURN_IF_ERROR(r.Finish());
+  shards.SetParts(m->shards.parts());
   m->shards = std::move(shards);
   return Status::Ok();
 }

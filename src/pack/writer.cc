@@ -410,6 +410,70 @@ Result<format::Manifest> DatasetWriter::Close() {
   return *w.closed;
 }
 
+Result<format::Manifest> CommitParts(std::string_view dst_uri, uint32_t parts,
+                                     const StoreOptions& store_options) {
+  if (parts == 0) return InvalidArgument(std::string(dst_uri) + ": no parts to commit");
+  STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> dst, OpenStore(dst_uri, store_options));
+  {
+    auto existing = dst->Stat(format::kManifestKey);
+    if (existing.ok()) {
+      return AlreadyExists(dst->uri() + " already holds a stoker dataset (" +
+                           std::string(format::kManifestKey) + "): its parts were committed");
+    }
+    if (existing.status().code() != Code::kNotFound) return existing.status();
+  }
+  format::Manifest m;
+  std::vector<format::PartRef> refs;
+  for (uint32_t p = 0; p < parts; ++p) {
+    const std::string uri = PartUri(dst_uri, p);
+    STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> part, OpenStore(uri, store_options));
+    auto pm = ReadManifest(*part);
+    if (!pm.ok()) {
+      if (pm.status().code() == Code::kNotFound) {
+        return NotFound("part " + std::to_string(p) + " of " + std::to_string(parts) + " (" +
+                        part->uri() + ") has no manifest: its writer did not finish");
+      }
+      return pm.status().WithContext("part " + std::to_string(p) + " of " + std::to_string(parts));
+    }
+    if (!pm->shards.parts().empty()) {
+      return InvalidArgument(part->uri() + ": a part is itself made of parts");
+    }
+    if (p == 0) {
+      m.fields = pm->fields;
+      m.classes = pm->classes;
+    } else if (pm->fields != m.fields) {
+      std::string a, b;
+      for (const auto& f : m.fields) a += (a.empty() ? "" : ", ") + f.Describe();
+      for (const auto& f : pm->fields) b += (b.empty() ? "" : ", ") + f.Describe();
+      return InvalidArgument("part " + std::to_string(p) + " (" + part->uri() +
+                             ") has another schema than part 0: " + b + " against " + a);
+    } else if (pm->classes != m.classes) {
+      return InvalidArgument("part " + std::to_string(p) + " (" + part->uri() +
+                             ") has other class names than part 0");
+    }
+    for (uint32_t s = 0; s < pm->shards.size(); ++s) {
+      m.shards.AppendNumbered(pm->shards.bytes(s), pm->shards.samples(s),
+                              pm->shards.index_hash(s));
+    }
+    if (m.shards.size() > UINT32_MAX) return InvalidArgument(dst->uri() + ": too many shards");
+    m.payload_bytes += pm->payload_bytes;
+    m.max_sample_bytes = std::max(m.max_sample_bytes, pm->max_sample_bytes);
+    refs.push_back({PartPrefix(p), pm->dataset_id, static_cast<uint32_t>(pm->shards.size())});
+  }
+  m.shards.SetParts(std::move(refs));
+  m.sample_count = m.shards.total_samples();
+  m.dataset_id = format::NewDatasetId();
+  m.created_by = std::string("stoker ") + STOKER_VERSION + " writer, " + std::to_string(parts) +
+                 " parts";
+  m.format_version = 3;
+  const std::vector<std::byte> table = format::EncodeShardTable(m, &m.table);
+  STOKER_RETURN_IF_ERROR(dst->Put(m.table.key, table));
+  const std::string text = format::EncodeManifest(m);
+  STOKER_RETURN_IF_ERROR(
+      dst->Put(format::kManifestKey, std::as_bytes(std::span(text.data(), text.size()))));
+  return m;
+}
+
 uint64_t DatasetWriter::records() const { return impl_->records; }
 const std::vector<FieldSpec>& DatasetWriter::fields() const { return impl_->m.fields; }
 const std::string& DatasetWriter::uri() const { return impl_->dst->uri(); }
