@@ -37,5 +37,6 @@ void BindBatches(py::module_& m);      // batches.cc: _DeviceArray
 void BindLoader(py::module_& m);       // loader_binding.cc: _Loader, decode, pack, inspect, verify
 void BindCheckpoints(py::module_& m);  // ckpt_binding.cc: _Checkpointer, saved states
 void RegisterMetrics(py::module_& m);  // metrics_binding.cc
+void BindWriter(py::module_& m);       // writer_binding.cc: _Writer, commit_parts
 
 }  // namespace stoker::python

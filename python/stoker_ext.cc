@@ -184,6 +184,7 @@ PYBIND11_MODULE(_stoker, m) {
   BindLoader(m);
 
   BindCheckpoints(m);
+  BindWriter(m);
   RegisterMetrics(m);
 
   // ---- rank discovery (rank.h; stoker.distributed_env) ----

@@ -26,12 +26,15 @@ errors._register(_stoker)
 from .checkpoint import Checkpointer, SaveHandle, load, save  # noqa: E402
 from .dataset import inspect, pack, verify  # noqa: E402
 from .loader import BytesColumn, DistributedEnv, Loader, distributed_env  # noqa: E402
+from .writer import Writer, commit_parts  # noqa: E402
 from . import metrics  # noqa: E402
 from .metrics import phase, timed_allreduce_hook  # noqa: E402
 
 __version__ = _stoker.__version__
 
 __all__ = [
+    "Writer",
+    "commit_parts",
     "Loader", "BytesColumn", "DistributedEnv", "distributed_env", "pack", "inspect", "verify",
     "save", "load", "Checkpointer", "SaveHandle",
     "metrics", "phase", "timed_allreduce_hook",
