@@ -153,6 +153,24 @@ void BindWriter(py::module_& m) {
       .def("write", &WriterHandle::Write, py::arg("values"))
       .def("close", &WriterHandle::Close)
       .def_property_readonly("records", &WriterHandle::Records);
+  // The C++ writer's own rate, for bench/writer_rate.py: `n` records of
+  // (payload, i) written from a C++ loop.
+  m.def(
+      "_write_repeated",
+      [](const std::string& uri, const py::bytes& payload, uint64_t n) {
+        const std::string data = payload;
+        py::gil_scoped_release release;
+        auto w = Unwrap(DatasetWriter::Create(
+            uri, {{"image", FieldType::kBytes}, {"label", FieldType::kInt64}}, {}));
+        format::FieldValue v[2];
+        v[0].bytes = std::as_bytes(std::span(data.data(), data.size()));
+        for (uint64_t i = 0; i < n; ++i) {
+          v[1].i64 = int64_t(i);
+          Check(w->Write(v));
+        }
+        Unwrap(w->Close());
+      },
+      py::arg("uri"), py::arg("payload"), py::arg("n"));
   m.def(
       "commit_parts",
       [](const std::string& uri, uint32_t parts) {
