@@ -315,3 +315,79 @@ TEST(CliTest, CkptLsShowVerifyRm) {
 
 }  // namespace
 }  // namespace stoker
+
+#include "wds/tar.h"
+
+namespace stoker {
+namespace {
+
+// stoker pack a.tar b.tar DST recognises WebDataset tars; stoker export
+// gives them back byte for byte; JSONL with --field; bad input named.
+TEST(CliTest, PackWebDatasetTarsAndExport) {
+  TempDir d;
+  std::vector<std::string> tars;
+  for (int t = 0; t < 2; ++t) {
+    tars.push_back((d.path() / ("00000" + std::to_string(t) + ".tar")).string());
+    auto w = wds::TarWriter::Create(tars.back());
+    ASSERT_TRUE(w.ok());
+    for (int i = 0; i < 40; ++i) {
+      const std::string k = "s" + std::to_string(t * 100 + i);
+      const std::string txt = "caption " + k;
+      ASSERT_OK((*w)->Add(k + ".jpg", RandomBytes(300 + i, i)));
+      ASSERT_OK((*w)->Add(k + ".txt", std::as_bytes(std::span(txt))));
+    }
+    ASSERT_OK((*w)->Close());
+  }
+  const std::string ds = (d.path() / "ds").string();
+  auto pack = Stoker("pack " + tars[0] + " " + tars[1] + " " + ds);
+  ASSERT_EQ(pack.code, 0) << pack.out;
+  EXPECT_NE(pack.out.find("imported 80 samples from 2 tar files"), std::string::npos) << pack.out;
+  EXPECT_EQ(pack.out.find('\r'), std::string::npos) << "no progress bar when not a terminal";
+  auto inspect = Stoker("inspect " + ds);
+  EXPECT_EQ(inspect.code, 0) << inspect.out;
+
+  const std::string out = (d.path() / "out").string();
+  auto ex = Stoker("export " + ds + " --webdataset " + out + " --samples-per-tar 40");
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  EXPECT_NE(ex.out.find("exported 80 samples into 2 tars"), std::string::npos) << ex.out;
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_TRUE(testing::ReadFile(fs::path(out) / fs::path(tars[t]).filename()) ==
+                testing::ReadFile(tars[t]))
+        << "tar " << t;
+  }
+  // Again into the same folder: refused; a folder of tars is a source too.
+  EXPECT_NE(Stoker("export " + ds + " --webdataset " + out).code, 0);
+  auto again = Stoker("pack --quiet " + out + " " + (d.path() / "ds2").string());
+  EXPECT_EQ(again.code, 0) << again.out;
+
+  // A truncated tar: named, nothing committed; --skip-bad imports the rest.
+  fs::resize_file(tars[1], fs::file_size(tars[1]) / 2);
+  auto bad = Stoker("pack " + tars[0] + " " + tars[1] + " " + (d.path() / "ds3").string());
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find(tars[1]), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists(d.path() / "ds3" / "manifest.stoker"));
+  auto skip = Stoker("pack --skip-bad " + tars[0] + " " + tars[1] + " " +
+                     (d.path() / "ds4").string());
+  EXPECT_EQ(skip.code, 0) << skip.out;
+  EXPECT_NE(skip.out.find("bad skipped"), std::string::npos) << skip.out;
+
+  // JSONL with declared fields; a bad token named by file:line.
+  const fs::path jl = d.path() / "a.jsonl";
+  std::ofstream(jl) << "{\"text\": \"hi\", \"ids\": [1, 2]}\n{\"text\": \"yo\", \"ids\": [70000]}\n";
+  auto j = Stoker("pack --field text:str --field ids:uint16[*] " + jl.string() + " " +
+                  (d.path() / "ds5").string());
+  EXPECT_NE(j.code, 0);
+  EXPECT_NE(j.out.find(jl.string() + ":2"), std::string::npos) << j.out;
+  auto j2 = Stoker("pack --field text:str --field ids:uint32[*] " + jl.string() + " " +
+                   (d.path() / "ds6").string());
+  EXPECT_EQ(j2.code, 0) << j2.out;
+  EXPECT_NE(j2.out.find("imported 2 samples from 1 JSONL file"), std::string::npos) << j2.out;
+  // An ImageFolder tree is one SRC.
+  EXPECT_EQ(Stoker("pack " + out + " " + jl.string() + " --from list " +
+                   (d.path() / "ds7").string())
+                .code,
+            2);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -117,13 +117,15 @@ Result<ImportResult> ImportJsonl(std::span<const std::string> paths, std::string
 struct ExportProgress {
   uint64_t samples = 0;
   uint64_t samples_total = 0;
-  uint64_t bytes = 0;  // member bytes written
-  uint64_t tars = 0;   // tars finished
+  uint64_t bytes = 0;        // member bytes written
+  uint64_t bytes_total = 0;  // the dataset's record bytes (about what will be)
+  uint64_t tars = 0;         // tars finished
 };
 
 struct ExportOptions {
   // Samples per tar. Default: 10,000, as LAION and DataComp ship them.
   uint64_t samples_per_tar = 10000;
+  // Called from the calling thread after each shard and at the end.
   std::function<void(const ExportProgress&)> progress;
   StoreOptions store;
 };

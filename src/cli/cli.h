@@ -26,6 +26,8 @@ int Fail(const Status& status);
 
 // Registration of each subcommand (one file each).
 void RegisterPack(CLI::App& app, Action* action);
+// `stoker export DS --webdataset OUTDIR` (cmd_export.cc).
+void RegisterExport(CLI::App& app, Action* action);
 void RegisterInspect(CLI::App& app, Action* action);
 void RegisterVerify(CLI::App& app, Action* action);
 void RegisterBench(CLI::App& app, Action* action);
@@ -73,5 +75,25 @@ void RegisterTuneComm(CLI::App& app, Action* action);
 
 // Human-readable byte count ("3.2 GiB").
 std::string HumanBytes(double bytes);
+
+// A progress bar on stderr, redrawn in place ("\r") at most 10 times a
+// second, with the rate and the time left; drawn only when `enabled` (the
+// commands pass: stderr is a terminal and no --quiet). One thread.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled);
+  // `done` of `total` bytes (total 0: unknown, no bar or ETA), then `extra`.
+  void Update(uint64_t done, uint64_t total, const std::string& extra);
+  // Ends the line if a bar was drawn.
+  void Finish();
+  // Seconds since the bar was made.
+  double Seconds() const;
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+  double start_;
+  double last_ = -1;
+};
 
 }  // namespace stoker::cli

@@ -1,68 +1,152 @@
-// stoker pack SRC DST: an ImageFolder tree or a list file into a dataset.
+// stoker pack SRC... DST: an ImageFolder tree, a 'PATH LABEL' list, WebDataset
+// tars or JSONL files into a dataset.
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/cli.h"
+#include "stoker/import.h"
 #include "stoker/pack.h"
 
 namespace stoker::cli {
+namespace {
+
+struct Args {
+  std::vector<std::string> paths;  // SRC... DST
+  std::string from;
+  std::vector<std::string> fields;
+  bool skip_bad = false;
+  double shard_mib = 4;
+  uint32_t threads = 0;
+  bool quiet = false;
+  bool no_shuffle = false;
+  uint64_t seed = 0;
+};
+
+bool IsJsonlName(const std::string& p) {
+  const std::string ext = std::filesystem::path(p).extension().string();
+  return ext == ".jsonl" || ext == ".ndjson";
+}
+
+// The source kind `--from` names, or the one the paths look like.
+std::string SourceKind(const Args& a, std::span<const std::string> srcs) {
+  if (!a.from.empty()) return a.from;
+  if (LooksLikeWebDataset(srcs)) return "webdataset";
+  bool jsonl = true;
+  for (const std::string& s : srcs) jsonl = jsonl && IsJsonlName(s);
+  if (jsonl) return "jsonl";
+  return "files";  // an ImageFolder tree or a list: Pack tells them apart
+}
+
+int PackFiles(const Args& a, const std::string& src, const std::string& dst) {
+  PackOptions o;
+  o.shard_bytes = static_cast<uint64_t>(a.shard_mib * (1 << 20));
+  o.threads = a.threads;
+  o.shuffle = !a.no_shuffle;
+  o.shuffle_seed = a.seed;
+  ProgressBar bar(isatty(STDERR_FILENO) && !a.quiet);
+  o.progress = [&bar](const PackProgress& p) {
+    bar.Update(p.bytes_done, p.bytes_total,
+               std::to_string(p.files_done) + "/" + std::to_string(p.files_total) + " files  " +
+                   std::to_string(p.shards_written) + " shards");
+  };
+  auto m = Pack(src, dst, o);
+  bar.Finish();
+  if (!m.ok()) return Fail(m.status());
+  const uint64_t bytes = m->shards.total_bytes();
+  std::printf("packed %lu samples (%lu classes) into %zu shards, %s, in %.1f s: %s\n",
+              (unsigned long)m->sample_count, (unsigned long)m->classes.size(), m->shards.size(),
+              HumanBytes(double(bytes)).c_str(), bar.Seconds(), dst.c_str());
+  return 0;
+}
+
+int Import(const Args& a, const std::string& kind, std::span<const std::string> srcs,
+           const std::string& dst) {
+  ImportOptions o;
+  for (const std::string& f : a.fields) {
+    auto spec = ParseFieldArg(f);
+    if (!spec.ok()) return Fail(spec.status());
+    o.fields.push_back(*spec);
+  }
+  o.skip_bad = a.skip_bad;
+  o.writer.shard_bytes = static_cast<uint64_t>(a.shard_mib * (1 << 20));
+  o.writer.threads = a.threads;
+  ProgressBar bar(isatty(STDERR_FILENO) && !a.quiet);
+  o.progress = [&bar](const ImportProgress& p) {
+    std::string extra = std::to_string(p.samples) + " samples";
+    if (p.skipped) extra += ", " + std::to_string(p.skipped) + " skipped";
+    bar.Update(p.bytes_read, p.bytes_total, extra);
+  };
+  auto r = kind == "webdataset" ? ImportWebDataset(srcs, dst, o) : ImportJsonl(srcs, dst, o);
+  bar.Finish();
+  if (!r.ok()) return Fail(r.status());
+  const double secs = bar.Seconds();
+  std::printf("imported %lu samples from %zu %s file%s", (unsigned long)r->samples,
+              r->sources.size(), kind == "webdataset" ? "tar" : "JSONL",
+              r->sources.size() == 1 ? "" : "s");
+  if (r->skipped) std::printf(" (%lu bad skipped)", (unsigned long)r->skipped);
+  std::printf(" into %zu shards, %s, in %.1f s (%.0f MB/s of source): %s\n",
+              r->manifest.shards.size(), HumanBytes(double(r->manifest.shards.total_bytes())).c_str(),
+              secs, secs > 0 ? r->source_bytes / secs / 1e6 : 0.0, dst.c_str());
+  if (r->skipped) std::fprintf(stderr, "stoker: last skipped: %s\n", r->last_skip_reason.c_str());
+  return 0;
+}
+
+}  // namespace
 
 void RegisterPack(CLI::App& app, Action* action) {
-  struct Args {
-    std::string src, dst;
-    double shard_mib = 4;
-    uint32_t threads = 0;
-    bool quiet = false;
-    bool no_shuffle = false;
-    uint64_t seed = 0;
-  };
   auto args = std::make_shared<Args>();
-  auto* cmd =
-      app.add_subcommand("pack", "Pack an ImageFolder tree or a 'PATH LABEL' list into a dataset");
-  cmd->add_option("SRC", args->src, "ImageFolder root (ROOT/CLASS/FILE) or list file")->required();
-  cmd->add_option("DST", args->dst, "Dataset URI: a folder, file:///path or rados://POOL/PREFIX")
+  auto* cmd = app.add_subcommand(
+      "pack",
+      "Pack an ImageFolder tree, a 'PATH LABEL' list, WebDataset tars or JSONL files into a "
+      "dataset");
+  cmd->add_option("SRC... DST", args->paths,
+                  "Sources (an ImageFolder root, a list file, .tar files or folders of them, "
+                  ".jsonl files), then the dataset URI: a folder, file:///path or "
+                  "rados://POOL/PREFIX")
       ->required();
+  cmd->add_option("--from", args->from,
+                  "Source kind (default: recognised from the paths: .tar files or folders of "
+                  "them are webdataset, .jsonl files jsonl, else imagefolder or list)")
+      ->check(CLI::IsMember({"webdataset", "jsonl", "imagefolder", "list"}));
+  cmd->add_option("--field", args->fields,
+                  "NAME:TYPE (repeatable): JSONL fields to take (default: inferred from the "
+                  "first line); WebDataset: a type override (e.g. cls:int64)")
+      ->allow_extra_args(false)  // one value per --field, so SRC... DST stay positional
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--skip-bad", args->skip_bad,
+                "Skip and count bad samples, tars' damaged tails and bad lines (default: the "
+                "first fails the pack)");
   cmd->add_option("--shard-mib", args->shard_mib, "Target shard size in MiB")
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "Workers (0 = 2 x cores)")->capture_default_str();
   cmd->add_flag("--quiet", args->quiet, "No progress bar");
   cmd->add_flag("--no-shuffle", args->no_shuffle,
-                "Keep the source order (default: a seeded shuffle, so shards mix classes)");
+                "Keep the source order (default: a seeded shuffle, so shards mix classes; "
+                "imagefolder and list only, imports keep the source order)");
   cmd->add_option("--seed", args->seed, "Seed of the pack-time shuffle")->capture_default_str();
   cmd->callback([args, action] {
     *action = [args] {
-      PackOptions o;
-      o.shard_bytes = static_cast<uint64_t>(args->shard_mib * (1 << 20));
-      o.threads = args->threads;
-      o.shuffle = !args->no_shuffle;
-      o.shuffle_seed = args->seed;
-      const bool tty = isatty(STDOUT_FILENO) && !args->quiet;
-      const auto start = std::chrono::steady_clock::now();
-      if (tty) {
-        o.progress = [start](const PackProgress& p) {
-          const double frac = p.bytes_total ? double(p.bytes_done) / p.bytes_total : 1.0;
-          const int width = 30, filled = int(frac * width);
-          const double secs =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          std::printf("\r[%.*s%*s] %5.1f%%  %lu/%lu files  %lu shards  %.0f MB/s ", filled,
-                      "##############################", width - filled, "", frac * 100,
-                      (unsigned long)p.files_done, (unsigned long)p.files_total,
-                      (unsigned long)p.shards_written, secs > 0 ? p.bytes_done / secs / 1e6 : 0.0);
-          std::fflush(stdout);
-        };
+      if (args->paths.size() < 2) {
+        std::fprintf(stderr, "stoker pack: give SRC... DST\n");
+        return kExitUsage;
       }
-      auto m = Pack(args->src, args->dst, o);
-      if (tty) std::printf("\n");
-      if (!m.ok()) return Fail(m.status());
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const uint64_t bytes = m->shards.total_bytes();
-      std::printf("packed %lu samples (%lu classes) into %zu shards, %s, in %.1f s: %s\n",
-                  (unsigned long)m->sample_count, (unsigned long)m->classes.size(),
-                  m->shards.size(), HumanBytes(double(bytes)).c_str(), secs, args->dst.c_str());
-      return 0;
+      const std::string dst = args->paths.back();
+      const std::span<const std::string> srcs(args->paths.data(), args->paths.size() - 1);
+      const std::string kind = SourceKind(*args, srcs);
+      if (kind == "webdataset" || kind == "jsonl") return Import(*args, kind, srcs, dst);
+      if (srcs.size() != 1) {
+        std::fprintf(stderr,
+                     "stoker pack: an ImageFolder tree or a list is one SRC (or give --from "
+                     "webdataset / jsonl)\n");
+        return kExitUsage;
+      }
+      if (!args->fields.empty() || args->skip_bad) {
+        std::fprintf(stderr, "stoker pack: --field and --skip-bad are for webdataset and jsonl\n");
+        return kExitUsage;
+      }
+      return PackFiles(*args, srcs[0], dst);
     };
   });
 }

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Action action;
   RegisterPack(app, &action);
+  RegisterExport(app, &action);
   RegisterInspect(app, &action);
   RegisterVerify(app, &action);
   RegisterBench(app, &action);

@@ -88,6 +88,14 @@ Result<ExportResult> ExportWebDataset(std::string_view src_uri, const std::strin
   ExportResult result;
   ExportProgress progress;
   progress.samples_total = m.sample_count;
+  progress.bytes_total = m.payload_bytes;
+  auto report = [&] {
+    if (!options.progress) return;
+    progress.samples = result.samples;
+    progress.bytes = result.bytes;
+    progress.tars = result.tars;
+    options.progress(progress);
+  };
   std::unique_ptr<wds::TarWriter> tar;
   uint64_t in_tar = 0;
   std::string name, text;
@@ -153,26 +161,16 @@ Result<ExportResult> ExportWebDataset(std::string_view src_uri, const std::strin
         tar.reset();
         in_tar = 0;
         ++result.tars;
-        if (options.progress) {
-          progress.samples = result.samples;
-          progress.bytes = result.bytes;
-          progress.tars = result.tars;
-          options.progress(progress);
-        }
       }
     }
+    report();
   }
   if (tar != nullptr) {
     STOKER_RETURN_IF_ERROR(tar->Close());
     result.paths.push_back(tar->path());
     ++result.tars;
   }
-  if (options.progress) {
-    progress.samples = result.samples;
-    progress.bytes = result.bytes;
-    progress.tars = result.tars;
-    options.progress(progress);
-  }
+  report();
   return result;
 }
 
