@@ -14,32 +14,18 @@
 
 #include "cli/loader_flags.h"
 #include "gtest/gtest.h"
+#include "jpeg_testdata.h"
 #include "loader/augment.h"
 #include "loader/fp16.h"
 
 namespace stoker {
 namespace {
 
-// A smooth picture with detail in every region: gradients plus a few
-// sharp-edged squares, so that crops and flips are told apart.
-std::vector<uint8_t> Picture(int h, int w) {
-  std::vector<uint8_t> p(size_t(h) * w * 3);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      uint8_t* q = &p[(size_t(y) * w + x) * 3];
-      q[0] = uint8_t(x * 255 / std::max(1, w - 1));
-      q[1] = uint8_t(y * 255 / std::max(1, h - 1));
-      q[2] = uint8_t(128 + 100 * std::sin(x * 0.05) * std::cos(y * 0.07));
-      if ((x / 40 + y / 30) % 5 == 0) q[2] = 20;
-    }
-  }
-  return p;
-}
+using testdata::Picture;
 
 enum class Kind { kRgb420, kRgb444, kGray, kCmyk, kProgressive };
 
 std::vector<std::byte> Jpeg(const std::vector<uint8_t>& rgb, int h, int w, Kind kind) {
-  tjhandle tj = tjInitCompress();
   std::vector<uint8_t> src = rgb;
   int pf = TJPF_RGB, samp = TJSAMP_420, flags = 0;
   if (kind == Kind::kRgb444) samp = TJSAMP_444;
@@ -61,15 +47,7 @@ std::vector<std::byte> Jpeg(const std::vector<uint8_t>& rgb, int h, int w, Kind 
     }
   }
   if (kind == Kind::kProgressive) flags = TJFLAG_PROGRESSIVE;
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(tj, src.data(), w, 0, h, pf, &out, &size, samp, 95, flags), 0)
-      << tjGetErrorStr2(tj);
-  std::vector<std::byte> jpeg(reinterpret_cast<std::byte*>(out),
-                              reinterpret_cast<std::byte*>(out) + size);
-  tjFree(out);
-  tjDestroy(tj);
-  return jpeg;
+  return testdata::Compress(src, h, w, pf, samp, 95, flags);
 }
 
 DecodeOptions Options(CropMode crop, uint32_t h = 64, uint32_t w = 80) {
