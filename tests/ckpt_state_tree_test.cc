@@ -119,7 +119,7 @@ TEST_F(StateTree, APlanReadsChosenTensorsIntoCallerMemory) {
                   std::vector<TensorDestination>* dst) {
     EXPECT_EQ(m.name, "p");
     EXPECT_TRUE(r.items[1].data.empty()) << "nothing is read before the plan";
-    dst->push_back({r.items[1].text, mine});
+    dst->push_back({r.items[1].text, mine, {}, {}, {}});
     return Status::Ok();
   };
   auto loaded = LoadState(*c_, "p", {}, plan);
@@ -166,7 +166,7 @@ TEST_F(StateTree, WorldSizeRulesAndFlatCheckpoints) {
 
   // A checkpoint of one rank without a structure: a flat dict, in a job of
   // any size when asked.
-  ASSERT_OK(c_->Save("flat", std::vector<TensorRef>{{"x.y", DType::kFloat32, {8}, t}}, {}));
+  ASSERT_OK(c_->Save("flat", std::vector<TensorRef>{{"x.y", DType::kFloat32, {8}, t, {}}}, {}));
   StateLoadOptions any;
   any.rank = 3;
   any.world_size = 4;
@@ -192,7 +192,7 @@ TEST_F(StateTree, BadTreesAndDocumentsAreRefused) {
                      std::vector<TensorRef>{{"stoker:structure",
                                              DType::kUInt8,
                                              {int64_t(doc.size())},
-                                             std::as_bytes(std::span(doc))}},
+                                             std::as_bytes(std::span(doc)), {}}},
                      {}));
   auto bad = LoadState(*c_, "bad", {});
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);

@@ -51,6 +51,7 @@ std::span<const std::byte> Bytes(const std::string& s) { return std::as_bytes(st
 ckpt::PartRecord SamplePart() {
   auto c = MakeCkptContent(1);
   ckpt::PartRecord p;
+  p.format_version = 1;  // format 1 is still read (and written on request)
   p.name = "step-1";
   p.world_size = 2;
   p.attempt = "a1";
@@ -168,9 +169,9 @@ TEST(CkptRecords, HeaderProblems) {
   EXPECT_TRUE(Contains(code_of(flipped).message(), "body checksum mismatch"));
   EXPECT_TRUE(Contains(code_of(good.substr(0, good.size() - 1)).message(), "truncated"));
   std::string newer = good;
-  newer.replace(0, std::strlen("STOKER-CKPT-PART 1"), "STOKER-CKPT-PART 2");
+  newer.replace(0, std::strlen("STOKER-CKPT-PART 1"), "STOKER-CKPT-PART 3");
   EXPECT_EQ(code_of(newer).code(), Code::kUnsupported);
-  EXPECT_TRUE(Contains(code_of(newer).message(), "newer stoker (checkpoint format v2"));
+  EXPECT_TRUE(Contains(code_of(newer).message(), "newer stoker (checkpoint format v3"));
   EXPECT_TRUE(Contains(code_of("hello").message(), "not a stoker checkpoint part record"));
   // A manifest is not a part, and the other way round.
   EXPECT_TRUE(

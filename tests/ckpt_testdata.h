@@ -56,7 +56,7 @@ inline CkptContent MakeCkptContent(uint64_t seed, size_t scale = 1) {
     c.data.push_back(RandomBytes(n, seed * 1000 + i));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
-    c.refs.push_back({specs[i].name, specs[i].dtype, specs[i].shape, c.data[i]});
+    c.refs.push_back({specs[i].name, specs[i].dtype, specs[i].shape, c.data[i], {}});
   }
   return c;
 }

@@ -79,16 +79,46 @@ inline constexpr uint32_t kMaxCheckpointRanks = 65536;
 // SaveOptions::chunk_bytes' default: half RADOS's default
 // osd_max_object_size, large enough that an fsync per chunk costs little.
 inline constexpr uint64_t kDefaultChunkBytes = 64ull << 20;
+// SaveOptions::checksum_block_bytes' default: a ranged read of a slice
+// reads at most this much more than the slice at each end.
+inline constexpr uint64_t kDefaultChecksumBlockBytes = 1ull << 20;
+// The checkpoint format this build writes (docs/checkpoint.md); it reads
+// every version up to it.
+inline constexpr uint32_t kCheckpointFormat = 2;
+
+// Where a tensor lies in a larger, global one (docs/checkpoint.md §3.4): the
+// layout of a sharded tensor (FSDP, tensor parallel, ZeRO). A piece is a box
+// of the global tensor (its offset in each dimension; its lengths are the
+// piece's shape) or a flat range of it (elements [flat_start, flat_start +
+// numel) of the row-major global tensor; the piece is 1-D). Pieces of one
+// global tensor saved by several ranks share its name; a load of another
+// world size or split reads, of each piece it wants, only the bytes that
+// intersect it.
+struct TensorLayout {
+  enum class Kind : uint8_t {
+    kWhole,  // not a piece: the tensor is all there is (the default)
+    kBox,
+    kFlat,
+  };
+  Kind kind = Kind::kWhole;
+  std::vector<int64_t> global_shape;  // kBox, kFlat
+  std::vector<int64_t> offsets;       // kBox: one per dimension of global_shape
+  uint64_t flat_start = 0;            // kFlat
+};
+// "whole", "box [0, 512] of [1024, 1024]", "flat [0, 4096) of [64, 128]".
+std::string LayoutText(const TensorLayout& l, std::span<const int64_t> shape);
 
 // One tensor to save: a name, an element type, a shape and its bytes
 // (row-major, contiguous). data.size() must equal product(shape) x the
 // element size. The memory is only read, and only during Save (sync) or
-// until SaveAsync returns (async).
+// until SaveAsync returns (async). A piece of a sharded tensor says where it
+// lies in `layout` (a box: shape is its lengths; flat: shape is [numel]).
 struct TensorRef {
   std::string name;
   DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;
   std::span<const std::byte> data;
+  TensorLayout layout;
 };
 
 struct SaveOptions {
@@ -100,6 +130,15 @@ struct SaveOptions {
   // shared chunks; larger ones are cut into chunks of this size written
   // straight from their memory. Default: kDefaultChunkBytes (64 MiB).
   uint64_t chunk_bytes = kDefaultChunkBytes;
+  // Each chunk is checksummed per block of this size (format 2), so that a
+  // read of part of a chunk (a slice, at another world size) is verified
+  // by the blocks it covers. 4 KiB .. 64 MiB. Default:
+  // kDefaultChecksumBlockBytes (1 MiB).
+  uint64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
+  // The format written: 2, or 1 for readers older than format 2 (one
+  // checksum per chunk, no layouts: tensors with a layout are refused).
+  // Default: kCheckpointFormat.
+  uint32_t format_version = kCheckpointFormat;
   // User metadata: a JSON object, stored in the manifest. Default: {}.
   std::string metadata_json = "{}";
   // Keep the newest K committed checkpoints under the root and remove older
@@ -192,13 +231,18 @@ struct TensorInfo {
   // Position in its rank's stream, the concatenation of that rank's chunks.
   uint64_t offset = 0;
   uint64_t bytes = 0;
+  TensorLayout layout;  // where it lies in its global tensor (format 2)
 };
 
 struct ChunkInfo {
   std::string key;
   uint64_t bytes = 0;
-  uint64_t hash = 0;    // xxh3-64 of the chunk's bytes
+  uint64_t hash = 0;    // format 1: xxh3-64 of the chunk's bytes
   uint64_t offset = 0;  // in its rank's stream (sum of the chunks before it)
+  // Format 2: xxh3-64 of each block of block_bytes (the last one shorter),
+  // so that a ranged read is verified by the blocks it covers.
+  uint64_t block_bytes = 0;
+  std::vector<uint64_t> block_hashes;
 };
 
 struct RankPart {
@@ -269,9 +313,22 @@ struct Restored {
 };
 
 // A caller-owned destination for RestoreInto.
+//
+// With layout kWhole (the default): the tensor `name` of the restoring rank,
+// data exactly its size. With a box or flat layout: a piece of the global
+// tensor `name`, of `dtype` and `shape` (box lengths; flat: [numel]), filled
+// from whatever pieces the checkpoint's ranks saved of it (docs/
+// checkpoint.md §6), reading only the bytes that intersect it: a load on
+// another world size or split. A tensor saved whole (without a layout) is a
+// box at offset 0 of itself; saved whole by several ranks (replicated), it
+// is read from the lowest of them. Such destinations are not bound to the
+// restoring rank, and the world-size check does not apply to them.
 struct TensorDestination {
   std::string name;
-  std::span<std::byte> data;  // exactly the tensor's size
+  std::span<std::byte> data;  // exactly the tensor's (or the piece's) size
+  TensorLayout layout;
+  DType dtype = DType::kUInt8;  // layouts other than kWhole: checked against the stored one
+  std::vector<int64_t> shape;   // layouts other than kWhole: the piece's shape
 };
 
 // What Verify found.

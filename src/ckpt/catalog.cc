@@ -199,7 +199,7 @@ Status Catalog::PutLatest(const std::string& name) {
 Status Catalog::Commit(const std::string& name, uint64_t sequence, std::vector<RankPart> parts,
                        const SaveOptions& o) {
   CheckpointManifest m;
-  m.format_version = kCheckpointFormatVersion;
+  m.format_version = o.format_version;  // or 2, where a part needs it (VersionFor)
   m.name = name;
   m.created_by = std::string("stoker ") + STOKER_VERSION;
   m.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

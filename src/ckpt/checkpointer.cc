@@ -19,6 +19,7 @@
 #include "ckpt/chunk_writer.h"
 #include "ckpt/coordinator.h"
 #include "ckpt/records.h"
+#include "ckpt/reshard.h"
 #include "ckpt/restore.h"
 #include "stoker/checkpoint.h"
 
@@ -114,6 +115,9 @@ std::string TensorProblem(const TensorRef& t) {
     if (count > (static_cast<unsigned __int128>(1) << 58)) {
       return "tensor '" + t.name + "': too many elements";
     }
+  }
+  if (std::string why = ckpt::LayoutProblem(t.layout, t.shape); !why.empty()) {
+    return "tensor '" + t.name + "': layout " + LayoutText(t.layout, t.shape) + ": " + why;
   }
   if (count * size != t.data.size()) {
     return "tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
@@ -255,12 +259,25 @@ class CheckpointerImpl final : public Checkpointer {
       return InvalidArgument(where + ": chunk_bytes " + std::to_string(o.chunk_bytes) +
                              " (4 KiB .. 1 GiB)");
     }
+    if (o.format_version < 1 || o.format_version > kCheckpointFormat) {
+      return InvalidArgument(where + ": format_version " + std::to_string(o.format_version) +
+                             " (1.." + std::to_string(kCheckpointFormat) + ")");
+    }
+    if (o.format_version >= 2 && (o.checksum_block_bytes < ckpt::kMinChecksumBlockBytes ||
+                                  o.checksum_block_bytes > ckpt::kMaxChecksumBlockBytes)) {
+      return InvalidArgument(where + ": checksum_block_bytes " +
+                             std::to_string(o.checksum_block_bytes) + " (4 KiB .. 64 MiB)");
+    }
     auto meta = nlohmann::json::parse(o.metadata_json, nullptr, /*allow_exceptions=*/false);
     if (!meta.is_object()) return InvalidArgument(where + ": metadata is not a JSON object");
     std::unordered_set<std::string_view> names;
     for (const TensorRef& t : tensors) {
       if (std::string why = TensorProblem(t); !why.empty()) {
         return InvalidArgument(where + ": " + why);
+      }
+      if (o.format_version < 2 && t.layout.kind != TensorLayout::Kind::kWhole) {
+        return InvalidArgument(where + ": tensor '" + t.name +
+                               "' has a layout, which checkpoint format 1 cannot hold");
       }
       if (!names.insert(t.name).second) {
         return InvalidArgument(where + ": tensor name '" + t.name + "' given twice");
@@ -303,9 +320,10 @@ class CheckpointerImpl final : public Checkpointer {
   Status WriteAndFinish(const std::string& name, std::span<const TensorRef> tensors,
                         const SaveOptions& o, ckpt::Coordinator& coordinator, uint64_t sequence) {
     auto fail = [&](Status st) { return coordinator.Finish(name, std::move(st), {}, "", o, {}); };
-    auto part = writer_.Write(name, o.rank, tensors, o.chunk_bytes);
+    auto part = writer_.Write(name, o.rank, tensors, o.chunk_bytes,
+                              o.format_version >= 2 ? o.checksum_block_bytes : 0);
     if (!part.ok()) return fail(part.status().WithContext("save of " + Where(name)));
-    PartRecord rec{name, o.world_size, o.attempt, std::move(*part)};
+    PartRecord rec{o.format_version, name, o.world_size, o.attempt, std::move(*part)};
     const std::string encoded = ckpt::EncodePart(rec);
     Status s = writer_.PutSmall(PartKey(name, o.rank), std::as_bytes(std::span(encoded)));
     if (!s.ok()) return fail(s.WithContext("save of " + Where(name) + ": part record"));

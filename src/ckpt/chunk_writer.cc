@@ -44,6 +44,33 @@ std::vector<ChunkPlan> PlanChunks(std::span<const TensorRef> tensors, uint64_t c
   return plan;
 }
 
+void BlockHasher::Update(std::span<const std::byte> p) {
+  while (!p.empty()) {
+    if (in_block_ == 0 && p.size() >= block_) {  // a whole block at once: one call
+      done_.push_back(format::Hash64(p.first(block_)));
+      p = p.subspan(block_);
+      continue;
+    }
+    if (!current_) current_.emplace();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(p.size(), block_ - in_block_));
+    current_->Update(p.first(n));
+    in_block_ += n;
+    p = p.subspan(n);
+    if (in_block_ == block_) {
+      done_.push_back(current_->Digest());
+      current_.reset();
+      in_block_ = 0;
+    }
+  }
+}
+
+std::vector<uint64_t> BlockHasher::Finish() {
+  if (in_block_ > 0) done_.push_back(current_->Digest());
+  current_.reset();
+  in_block_ = 0;
+  return std::move(done_);
+}
+
 RankPart DescribeTensors(std::span<const TensorRef> tensors) {
   RankPart r;
   uint64_t at = 0;
@@ -54,6 +81,7 @@ RankPart DescribeTensors(std::span<const TensorRef> tensors) {
     ti.shape = t.shape;
     ti.offset = at;
     ti.bytes = t.data.size();
+    ti.layout = t.layout;
     at += ti.bytes;
     r.tensors.push_back(std::move(ti));
   }
@@ -93,7 +121,8 @@ Result<std::vector<TensorRef>> StagingArea::Snapshot(std::span<const TensorRef> 
 }
 
 Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
-                                    std::span<const TensorRef> tensors, uint64_t chunk_bytes) {
+                                    std::span<const TensorRef> tensors, uint64_t chunk_bytes,
+                                    uint64_t block_bytes) {
   RankPart part = DescribeTensors(tensors);
   part.rank = rank;
   const std::vector<ChunkPlan> plan = PlanChunks(tensors, chunk_bytes);
@@ -122,6 +151,16 @@ Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
     // The checksum is taken as the store writes the bytes (one pass over
     // them, not two; a retried write shows each byte once); the chunk's
     // durability waits for SyncDeferred below.
+    if (block_bytes > 0) {
+      BlockHasher blocks(block_bytes);
+      Status put = store_->PutObservedDeferred(
+          ci.key, data, [&blocks](std::span<const std::byte> p) { blocks.Update(p); });
+      if (put.ok()) {
+        ci.block_bytes = block_bytes;
+        ci.block_hashes = blocks.Finish();
+      }
+      return put;
+    }
     format::Hash64Stream stream;
     Status put = store_->PutObservedDeferred(
         ci.key, data, [&stream](std::span<const std::byte> p) { stream.Update(p); });

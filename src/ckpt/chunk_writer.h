@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,8 +15,23 @@
 #include "ckpt/parallel.h"
 #include "core/aligned_memory.h"
 #include "stoker/checkpoint.h"
+#include "stoker/format.h"
 
 namespace stoker::ckpt {
+
+// Checksums of consecutive blocks of `block` bytes of a stream shown in
+// pieces of any size (the last block may be shorter).
+class BlockHasher {
+ public:
+  explicit BlockHasher(uint64_t block) : block_(block) {}
+  void Update(std::span<const std::byte> p);
+  std::vector<uint64_t> Finish();
+
+ private:
+  uint64_t block_, in_block_ = 0;
+  std::optional<format::Hash64Stream> current_;
+  std::vector<uint64_t> done_;
+};
 
 // One piece of a chunk: bytes of one tensor.
 struct Segment {
@@ -63,8 +79,10 @@ class ChunkWriter {
   // parallel, each checksummed as it is written (and retried by the store),
   // then makes them durable together (Store::SyncDeferred); returns the part
   // with its chunks.
+  // `block_bytes` > 0: each chunk gets a checksum per block of that size
+  // (format 2, §4.1); 0: one per chunk (format 1).
   Result<RankPart> Write(const std::string& name, uint32_t rank, std::span<const TensorRef> tensors,
-                         uint64_t chunk_bytes);
+                         uint64_t chunk_bytes, uint64_t block_bytes);
 
   // Puts a small object (a part record, a manifest) durably.
   Status PutSmall(const std::string& key, std::span<const std::byte> data);

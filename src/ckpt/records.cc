@@ -2,6 +2,8 @@
 // docs/checkpoint.md §2, §3.
 #include "ckpt/records.h"
 
+#include "ckpt/reshard.h"
+
 #include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -132,22 +134,94 @@ std::string Padded(uint64_t v, int width) {
   return buf;
 }
 
+// §3.4: a tensor's layout, in a part body of format 2.
+ojson LayoutJson(const TensorLayout& l) {
+  ojson j;
+  j["global_shape"] = l.global_shape;
+  if (l.kind == TensorLayout::Kind::kBox) {
+    j["offsets"] = l.offsets;
+  } else {
+    j["flat_start"] = l.flat_start;
+  }
+  return j;
+}
+
 ojson RankBody(const RankPart& r) {
   ojson j;
   j["rank"] = r.rank;
   auto& tensors = j["tensors"] = ojson::array();
   for (const TensorInfo& t : r.tensors) {
-    tensors.push_back({{"name", t.name},
-                       {"dtype", DTypeName(t.dtype)},
-                       {"shape", t.shape},
-                       {"offset", t.offset},
-                       {"bytes", t.bytes}});
+    ojson tj = {{"name", t.name},
+                {"dtype", DTypeName(t.dtype)},
+                {"shape", t.shape},
+                {"offset", t.offset},
+                {"bytes", t.bytes}};
+    if (t.layout.kind != TensorLayout::Kind::kWhole) tj["layout"] = LayoutJson(t.layout);
+    tensors.push_back(std::move(tj));
   }
   auto& chunks = j["chunks"] = ojson::array();
   for (const ChunkInfo& c : r.chunks) {
-    chunks.push_back({{"key", c.key}, {"bytes", c.bytes}, {"hash", Hex16(c.hash)}});
+    if (c.block_hashes.empty()) {
+      chunks.push_back({{"key", c.key}, {"bytes", c.bytes}, {"hash", Hex16(c.hash)}});
+      continue;
+    }
+    std::string blocks;
+    blocks.reserve(c.block_hashes.size() * 16);
+    for (uint64_t h : c.block_hashes) blocks += Hex16(h);
+    chunks.push_back(
+        {{"key", c.key}, {"bytes", c.bytes}, {"block_bytes", c.block_bytes}, {"blocks", blocks}});
   }
   return j;
+}
+
+// §3.4's checks of tensor `t`'s layout object `lj` (at `path`).
+Status DecodeLayout(const json& lj, const std::string& path, const Checker& c, TensorInfo* t) {
+  if (!lj.is_object()) return c.TypeError(path, "an object", lj);
+  const json* gs;
+  STOKER_RETURN_IF_ERROR(c.GetArray(lj, "global_shape", path + ".global_shape", &gs));
+  TensorLayout& l = t->layout;
+  for (const json& d : *gs) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 62)) {
+      return c.Error(path + ".global_shape", "an entry is not an unsigned integer <= 2^62");
+    }
+    l.global_shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+  }
+  const int64_t global = Numel(l.global_shape);
+  if (global < 0) return c.Error(path + ".global_shape", "too many elements");
+  const bool box = lj.contains("offsets"), flat = lj.contains("flat_start");
+  if (box == flat) return c.Error(path, "needs exactly one of offsets and flat_start");
+  if (flat) {
+    l.kind = TensorLayout::Kind::kFlat;
+    STOKER_RETURN_IF_ERROR(
+        c.GetUnsigned(lj, "flat_start", path + ".flat_start", UINT64_MAX, &l.flat_start));
+    if (t->shape.size() != 1) return c.Error(path, "a flat piece has a 1-D shape");
+    if (l.flat_start > static_cast<uint64_t>(global) ||
+        static_cast<uint64_t>(t->shape[0]) > static_cast<uint64_t>(global) - l.flat_start) {
+      return c.Error(path, "elements [" + std::to_string(l.flat_start) + ", " +
+                               std::to_string(l.flat_start + t->shape[0]) + ") run past the " +
+                               std::to_string(global) + " of the global tensor");
+    }
+    return Status::Ok();
+  }
+  l.kind = TensorLayout::Kind::kBox;
+  const json* offsets;
+  STOKER_RETURN_IF_ERROR(c.GetArray(lj, "offsets", path + ".offsets", &offsets));
+  if (offsets->size() != l.global_shape.size() || t->shape.size() != l.global_shape.size()) {
+    return c.Error(path, "offsets, global_shape and the tensor's shape differ in length");
+  }
+  for (size_t d = 0; d < offsets->size(); ++d) {
+    const json& o = (*offsets)[d];
+    if (!o.is_number_unsigned() || o.get<uint64_t>() > (1ull << 62)) {
+      return c.Error(path + ".offsets", "entry " + std::to_string(d) + " is not an unsigned integer");
+    }
+    l.offsets.push_back(static_cast<int64_t>(o.get<uint64_t>()));
+    if (l.offsets[d] + t->shape[d] > l.global_shape[d]) {
+      return c.Error(path, "dimension " + std::to_string(d) + ": [" + std::to_string(l.offsets[d]) +
+                               ", " + std::to_string(l.offsets[d] + t->shape[d]) +
+                               ") runs past the global " + std::to_string(l.global_shape[d]));
+    }
+  }
+  return Status::Ok();
 }
 
 std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
@@ -170,7 +244,7 @@ std::string ChunkKeyProblem(std::string_view key, std::string_view name) {
 
 // §3.1's rank fields of `obj` (at JSON path `path`) into `r`; §3.2's checks.
 Status DecodeRank(const json& obj, const std::string& path, std::string_view name, const Checker& c,
-                  RankPart* r) {
+                  uint32_t version, RankPart* r) {
   const std::string p = path.empty() ? "" : path + ".";
   if (!obj.is_object()) return c.TypeError(path.empty() ? "body" : path, "an object", obj);
   uint64_t u;
@@ -195,9 +269,32 @@ Status DecodeRank(const json& obj, const std::string& path, std::string_view nam
     ci.key = *s;
     STOKER_RETURN_IF_ERROR(c.GetUnsigned(cj, "bytes", cp + ".bytes", kMaxChunkBytes, &ci.bytes));
     if (ci.bytes == 0) return c.Error(cp + ".bytes", "0 (a chunk holds at least one byte)");
-    STOKER_RETURN_IF_ERROR(c.GetString(cj, "hash", cp + ".hash", &s));
-    if (!ParseHex16(*s, &ci.hash)) {
-      return c.Error(cp + ".hash", "'" + *s + "' is not 16 lowercase hex digits");
+    if (version >= 2 && cj.contains("blocks")) {
+      // §4.1: one checksum per block.
+      STOKER_RETURN_IF_ERROR(c.GetUnsigned(cj, "block_bytes", cp + ".block_bytes",
+                                           kMaxChecksumBlockBytes, &ci.block_bytes));
+      if (ci.block_bytes < kMinChecksumBlockBytes) {
+        return c.Error(cp + ".block_bytes", std::to_string(ci.block_bytes) + " (4 KiB .. 64 MiB)");
+      }
+      STOKER_RETURN_IF_ERROR(c.GetString(cj, "blocks", cp + ".blocks", &s));
+      const uint64_t count = (ci.bytes + ci.block_bytes - 1) / ci.block_bytes;
+      if (s->size() != count * 16) {
+        return c.Error(cp + ".blocks", std::to_string(s->size()) + " hex digits, " +
+                                           std::to_string(count) + " blocks need " +
+                                           std::to_string(count * 16));
+      }
+      ci.block_hashes.resize(count);
+      for (uint64_t b = 0; b < count; ++b) {
+        if (!ParseHex16(std::string_view(*s).substr(b * 16, 16), &ci.block_hashes[b])) {
+          return c.Error(cp + ".blocks", "block " + std::to_string(b) +
+                                             " is not 16 lowercase hex digits");
+        }
+      }
+    } else {
+      STOKER_RETURN_IF_ERROR(c.GetString(cj, "hash", cp + ".hash", &s));
+      if (!ParseHex16(*s, &ci.hash)) {
+        return c.Error(cp + ".hash", "'" + *s + "' is not 16 lowercase hex digits");
+      }
     }
     ci.offset = stream;
     stream += ci.bytes;
@@ -248,6 +345,10 @@ Status DecodeRank(const json& obj, const std::string& path, std::string_view nam
     if (t.bytes != want) {
       return c.Error(tp + ".bytes", std::to_string(t.bytes) + ", but shape and dtype make " +
                                         std::to_string(want));
+    }
+    if (tj.contains("layout")) {
+      if (version < 2) return c.Error(tp + ".layout", "a layout needs checkpoint format 2");
+      STOKER_RETURN_IF_ERROR(DecodeLayout(tj["layout"], tp + ".layout", c, &t));
     }
     if (t.offset != next) {
       return c.Error(tp + ".offset", std::to_string(t.offset) + ", expected " +
@@ -318,15 +419,28 @@ std::string TensorNameProblem(std::string_view name) {
   return {};
 }
 
+uint32_t VersionFor(std::span<const RankPart> parts, uint32_t wanted) {
+  for (const RankPart& r : parts) {
+    for (const TensorInfo& t : r.tensors) {
+      if (t.layout.kind != TensorLayout::Kind::kWhole) return 2;
+    }
+    for (const ChunkInfo& c : r.chunks) {
+      if (!c.block_hashes.empty()) return 2;
+    }
+  }
+  return wanted;
+}
+
 std::string EncodePart(const PartRecord& p) {
+  const uint32_t version = VersionFor({&p.part, 1}, p.format_version);
   ojson j;
-  j["format_version"] = kCheckpointFormatVersion;
+  j["format_version"] = version;
   j["name"] = p.name;
   j["world_size"] = p.world_size;
   j["attempt"] = p.attempt;
   ojson r = RankBody(p.part);
   for (auto it = r.begin(); it != r.end(); ++it) j[it.key()] = it.value();
-  return EncodeFramed(kPartFrame, kCheckpointFormatVersion, Dump(j));
+  return EncodeFramed(kPartFrame, version, Dump(j));
 }
 
 Result<PartRecord> DecodePart(std::span<const std::byte> data, std::string_view where,
@@ -338,7 +452,8 @@ Result<PartRecord> DecodePart(std::span<const std::byte> data, std::string_view 
   PartRecord p;
   p.name = std::string(name);
   STOKER_RETURN_IF_ERROR(DecodeCommon(root, version, name, c, &p.attempt, &p.world_size));
-  STOKER_RETURN_IF_ERROR(DecodeRank(root, "", name, c, &p.part));
+  p.format_version = version;
+  STOKER_RETURN_IF_ERROR(DecodeRank(root, "", name, c, version, &p.part));
   if (p.part.rank >= p.world_size) {
     return c.Error("rank", std::to_string(p.part.rank) + " is not below world_size " +
                                std::to_string(p.world_size));
@@ -347,8 +462,10 @@ Result<PartRecord> DecodePart(std::span<const std::byte> data, std::string_view 
 }
 
 std::string EncodeCheckpointManifest(const CheckpointManifest& m) {
+  const uint32_t version = VersionFor(m.ranks, m.format_version == 0 ? kCheckpointFormatVersion
+                                                                     : m.format_version);
   ojson j;
-  j["format_version"] = kCheckpointFormatVersion;
+  j["format_version"] = version;
   j["name"] = m.name;
   j["sequence"] = m.sequence;
   j["created_by"] = m.created_by;
@@ -358,7 +475,7 @@ std::string EncodeCheckpointManifest(const CheckpointManifest& m) {
   j["metadata"] = ojson::parse(m.metadata_json, nullptr, /*allow_exceptions=*/false);
   auto& ranks = j["ranks"] = ojson::array();
   for (const RankPart& r : m.ranks) ranks.push_back(RankBody(r));
-  return EncodeFramed(kManifestFrame, kCheckpointFormatVersion, Dump(j));
+  return EncodeFramed(kManifestFrame, version, Dump(j));
 }
 
 Result<CheckpointManifest> DecodeCheckpointManifest(std::span<const std::byte> data,
@@ -398,7 +515,7 @@ Result<CheckpointManifest> DecodeCheckpointManifest(std::span<const std::byte> d
   }
   for (size_t i = 0; i < ranks->size(); ++i) {
     RankPart r;
-    STOKER_RETURN_IF_ERROR(DecodeRank((*ranks)[i], Indexed("ranks", i), name, c, &r));
+    STOKER_RETURN_IF_ERROR(DecodeRank((*ranks)[i], Indexed("ranks", i), name, c, version, &r));
     if (r.rank != i) {
       return c.Error(Indexed("ranks", i) + ".rank",
                      std::to_string(r.rank) + ", expected " + std::to_string(i));

@@ -10,8 +10,14 @@
 
 namespace stoker::ckpt {
 
-// docs/checkpoint.md; a newer version is Unsupported.
-inline constexpr uint32_t kCheckpointFormatVersion = 1;
+// docs/checkpoint.md; a newer version is Unsupported. Version 1 (whole-chunk
+// checksums, no layouts) is still read, and written on request
+// (SaveOptions::format_version).
+inline constexpr uint32_t kCheckpointFormatVersion = kCheckpointFormat;
+static_assert(kCheckpointFormatVersion == 2, "docs/checkpoint.md describes version 2");
+// Checksum blocks a writer may use (SaveOptions::checksum_block_bytes).
+inline constexpr uint64_t kMinChecksumBlockBytes = 4096;
+inline constexpr uint64_t kMaxChecksumBlockBytes = 64ull << 20;
 inline constexpr std::string_view kLatestKey = "latest";
 inline constexpr std::string_view kManifestSuffix = "/manifest.stkc";
 // JSON nesting the decoder accepts: the structure needs 4, user metadata
@@ -29,11 +35,16 @@ std::string TensorNameProblem(std::string_view name);
 
 // What a part record (§3) holds besides the rank's tensors and chunks.
 struct PartRecord {
+  uint32_t format_version = kCheckpointFormatVersion;
   std::string name;
   uint32_t world_size = 1;
   std::string attempt;
   RankPart part;
 };
+
+// The version a part or manifest of these ranks needs at least: 2 where a
+// tensor has a layout or a chunk block checksums, else `wanted`.
+uint32_t VersionFor(std::span<const RankPart> parts, uint32_t wanted);
 
 std::string EncodePart(const PartRecord& p);
 Result<PartRecord> DecodePart(std::span<const std::byte> data, std::string_view where,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -11,7 +12,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "ckpt/chunk_writer.h"
 #include "ckpt/parallel.h"
+#include "ckpt/reshard.h"
 #include "core/aligned_memory.h"
 #include "stoker/format.h"
 
@@ -165,9 +168,11 @@ ChunkRead PlanChunkRead(const RankPart& part, const ChunkInfo& chunk, const Want
 // still in flight and it is still in cache. Returns the bytes read in order
 // up to the first short piece (the object's end); `hash` covers exactly
 // those bytes.
+using Observer = std::function<void(std::span<const std::byte>)>;
+
 Result<size_t> ReadPieces(Store& store, std::unique_ptr<ReadQueue>& queue, bool direct,
                           const std::string& key, const std::vector<Piece>& pieces,
-                          format::Hash64Stream& hash) {
+                          const Observer& hash) {
   if (!queue) {
     ReadQueueOptions qo;
     qo.depth = 16;
@@ -196,7 +201,7 @@ Result<size_t> ReadPieces(Store& store, std::unique_ptr<ReadQueue>& queue, bool 
     }
     while (first.ok() && !short_read && hashed < requests.size() && landed[hashed] >= 0) {
       const size_t n = size_t(landed[hashed]);
-      hash.Update(requests[hashed].dst.first(n));
+      if (hash) hash(requests[hashed].dst.first(n));
       total += n;
       short_read = n < requests[hashed].dst.size();
       ++hashed;
@@ -206,11 +211,69 @@ Result<size_t> ReadPieces(Store& store, std::unique_ptr<ReadQueue>& queue, bool 
   return total;
 }
 
+// A whole chunk's checksum, taken as it lands: one hash of it (format 1)
+// or one per block (format 2).
+class ChunkHasher {
+ public:
+  explicit ChunkHasher(const ChunkInfo& c) : chunk_(c) {
+    if (!c.block_hashes.empty()) blocks_.emplace(c.block_bytes);
+  }
+  void Update(std::span<const std::byte> p) { blocks_ ? blocks_->Update(p) : whole_.Update(p); }
+  bool Matches() {
+    return blocks_ ? blocks_->Finish() == chunk_.block_hashes : whole_.Digest() == chunk_.hash;
+  }
+
+ private:
+  const ChunkInfo& chunk_;
+  format::Hash64Stream whole_;
+  std::optional<BlockHasher> blocks_;
+};
+
+bool ChunkMatches(const ChunkInfo& c, std::span<const std::byte> data) {
+  ChunkHasher h(c);
+  h.Update(data);
+  return h.Matches();
+}
+
 bool AllAligned(const std::vector<Piece>& pieces) {
   return std::all_of(pieces.begin(), pieces.end(), [](const Piece& p) {
     return p.offset % kDirectIoAlignment == 0 &&
            reinterpret_cast<uintptr_t>(p.dst.data()) % kDirectIoAlignment == 0;
   });
+}
+
+// A worker's read queues: buffered, and direct (O_DIRECT) for pieces that
+// are 4 KiB-aligned in the object and in memory.
+struct WorkerQueues {
+  std::unique_ptr<ReadQueue> buffered, direct;
+};
+
+// Reads `pieces` of `chunk` (of `part`) on `q`, direct where `direct_ok`
+// and the pieces allow; a filesystem without O_DIRECT turns `direct_ok` off
+// and is read buffered from then on. `start` is called before each attempt
+// (anew after a fallback) and gives what sees the bytes as they land.
+// Errors name the chunk's URI and its tensors.
+Result<size_t> ReadChunkPieces(Store& store, WorkerQueues& q, std::atomic<bool>& direct_ok,
+                               const std::string& uri, const RankPart& part,
+                               const ChunkInfo& chunk, const std::vector<Piece>& pieces,
+                               const std::function<Observer()>& start) {
+  const bool direct = direct_ok.load(std::memory_order_relaxed) && AllAligned(pieces);
+  auto read = [&](bool d) {
+    return ReadPieces(store, d ? q.direct : q.buffered, d, chunk.key, pieces, start());
+  };
+  auto got = read(direct);
+  if (direct && !got.ok() && got.status().code() == Code::kUnsupported) {
+    direct_ok.store(false, std::memory_order_relaxed);
+    got = read(false);
+  }
+  if (!got.ok()) {
+    const Status& s = got.status();
+    if (s.code() == Code::kNotFound) {
+      return NotFound(uri + ": chunk missing" + ChunkContext(part, chunk));
+    }
+    return Status(s.code(), s.message() + ChunkContext(part, chunk), s.retryable());
+  }
+  return got;
 }
 
 }  // namespace
@@ -271,7 +334,7 @@ Status Restorer::ReadTensors(const CheckpointManifest& m,
   // Per worker: a queue of buffered reads, and one of direct reads
   // (CheckpointerOptions::direct_reads) for chunks whose pieces all start
   // 4 KiB-aligned, in the file and in memory.
-  std::vector<std::unique_ptr<ReadQueue>> queues(workers), direct_queues(workers);
+  std::vector<WorkerQueues> queues(workers);
   std::atomic<bool> direct_ok{opt_.direct_reads};
   return ParallelFor(jobs.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
     const RankPart& part = m.ranks[jobs[n].first];
@@ -282,34 +345,18 @@ Status Restorer::ReadTensors(const CheckpointManifest& m,
                         " of its " + std::to_string(chunk.bytes) + " bytes" +
                         ChunkContext(part, chunk));
     }
-    const bool direct = direct_ok.load(std::memory_order_relaxed) && AllAligned(plan.pieces);
-    uint64_t digest = 0;
-    auto read = [&](bool d) -> Result<size_t> {
-      format::Hash64Stream hash;
-      auto r =
-          ReadPieces(*store_, d ? direct_queues[w] : queues[w], d, chunk.key, plan.pieces, hash);
-      if (r.ok()) digest = hash.Digest();
-      return r;
-    };
-    auto got = read(direct);
-    if (direct && !got.ok() && got.status().code() == Code::kUnsupported) {
-      // A filesystem without O_DIRECT: buffered reads from now on.
-      direct_ok.store(false, std::memory_order_relaxed);
-      got = read(false);
-    }
-    if (!got.ok()) {
-      const Status& s = got.status();
-      if (s.code() == Code::kNotFound) {
-        return NotFound(KeyUri(chunk.key) + ": chunk missing" + ChunkContext(part, chunk));
-      }
-      return Status(s.code(), s.message() + ChunkContext(part, chunk), s.retryable());
-    }
-    if (*got != chunk.bytes) {
+    std::optional<ChunkHasher> hash;
+    auto got = ReadChunkPieces(*store_, queues[w], direct_ok, KeyUri(chunk.key), part, chunk,
+                               plan.pieces, [&]() -> Observer {
+                                 hash.emplace(chunk);
+                                 return [&hash](std::span<const std::byte> p) { hash->Update(p); };
+                               });
+    if (!got.ok()) return got.status();    if (*got != chunk.bytes) {
       return Corruption(KeyUri(chunk.key) + ": truncated: " + std::to_string(*got) +
                         " bytes, the manifest says " + std::to_string(chunk.bytes) +
                         ChunkContext(part, chunk));
     }
-    if (digest != chunk.hash) {
+    if (!hash->Matches()) {
       return Corruption(KeyUri(chunk.key) + ": checksum mismatch" + ChunkContext(part, chunk));
     }
     for (const CopyOut& c : plan.copies) std::memcpy(c.to, c.from, c.bytes);
@@ -351,8 +398,16 @@ Result<Restored> Restorer::Restore(CheckpointManifest m, const RestoreOptions& o
   return out;
 }
 
-Status Restorer::RestoreInto(const CheckpointManifest& m, std::span<const TensorDestination> dst,
+Status Restorer::RestoreInto(const CheckpointManifest& m, std::span<const TensorDestination> all,
                              const RestoreOptions& o) {
+  std::vector<TensorDestination> dst, pieces;
+  for (const TensorDestination& d : all) {
+    (d.layout.kind == TensorLayout::Kind::kWhole ? dst : pieces).push_back(d);
+  }
+  if (!pieces.empty()) {
+    STOKER_RETURN_IF_ERROR(RestoreResharded(m, pieces));
+    if (dst.empty()) return Status::Ok();
+  }
   std::vector<std::string> names;
   for (const TensorDestination& d : dst) names.push_back(d.name);
   STOKER_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> wanted, Select(m, o, names));
@@ -367,6 +422,125 @@ Status Restorer::RestoreInto(const CheckpointManifest& m, std::span<const Tensor
     spans.push_back(dst[i].data);
   }
   return ReadTensors(m, wanted, spans);
+}
+
+namespace {
+
+// A copy out of a span of blocks read into a buffer.
+struct SpanCopy {
+  uint64_t at;  // in the chunk
+  std::byte* dst;
+  uint64_t bytes;
+};
+
+// One read of a resharded restore: blocks [first, last) of one chunk, and
+// what is copied out of them.
+struct BlockSpan {
+  uint32_t rank = 0;
+  size_t chunk = 0;
+  uint64_t begin = 0, end = 0;  // bytes of the chunk (block-aligned, end clipped)
+  std::vector<SpanCopy> copies;
+};
+
+// The reads that serve `copies`: each copy cut at chunk ends, then the
+// checksum blocks it touches (the whole chunk for a format-1 chunk) merged
+// into spans per chunk.
+Result<std::vector<BlockSpan>> PlanSpans(const CheckpointManifest& m,
+                                         std::vector<PieceCopy> copies) {
+  std::sort(copies.begin(), copies.end(), [](const PieceCopy& a, const PieceCopy& b) {
+    return std::tie(a.rank, a.stream_offset) < std::tie(b.rank, b.stream_offset);
+  });
+  std::vector<BlockSpan> spans;
+  for (const PieceCopy& c : copies) {
+    const RankPart& part = m.ranks[c.rank];
+    uint64_t at = c.stream_offset, left = c.bytes;
+    std::byte* dst = c.dst;
+    while (left > 0) {
+      auto ch = std::upper_bound(part.chunks.begin(), part.chunks.end(), at,
+                                 [](uint64_t o, const ChunkInfo& x) { return o < x.offset; });
+      if (ch == part.chunks.begin()) return Internal("reshard: a copy before the first chunk");
+      --ch;
+      const ChunkInfo& chunk = *ch;
+      const uint64_t in = at - chunk.offset;
+      if (in >= chunk.bytes) return Internal("reshard: a copy past the last chunk");
+      const uint64_t n = std::min(left, chunk.bytes - in);
+      const uint64_t block = chunk.block_hashes.empty() ? chunk.bytes : chunk.block_bytes;
+      const uint64_t begin = in / block * block;
+      const uint64_t end = std::min(chunk.bytes, (in + n + block - 1) / block * block);
+      const size_t index = static_cast<size_t>(ch - part.chunks.begin());
+      BlockSpan* last = spans.empty() ? nullptr : &spans.back();
+      if (last != nullptr && last->rank == c.rank && last->chunk == index && begin <= last->end) {
+        last->end = std::max(last->end, end);
+      } else {
+        spans.push_back({c.rank, index, begin, end, {}});
+        last = &spans.back();
+      }
+      last->copies.push_back({in, dst, n});
+      at += n;
+      dst += n;
+      left -= n;
+    }
+  }
+  return spans;
+}
+
+}  // namespace
+
+Status Restorer::RestoreResharded(const CheckpointManifest& m,
+                                  std::span<const TensorDestination> dst) {
+  const std::string where = "restore of checkpoint " + m.name + " at " + store_->uri();
+  STOKER_ASSIGN_OR_RETURN(std::vector<PieceCopy> copies, PlanReshard(m, dst, where));
+  STOKER_ASSIGN_OR_RETURN(std::vector<BlockSpan> spans, PlanSpans(m, std::move(copies)));
+  const size_t workers = Workers(spans.size(), opt_.io_threads);
+  std::vector<internal::ScratchBuffer> scratch(workers);
+  std::vector<WorkerQueues> queues(workers);
+  std::atomic<bool> direct_ok{opt_.direct_reads};
+  return ParallelFor(spans.size(), opt_.io_threads, [&](size_t i, size_t w) -> Status {
+    const BlockSpan& span = spans[i];
+    const RankPart& part = m.ranks[span.rank];
+    const ChunkInfo& chunk = part.chunks[span.chunk];
+    const uint64_t n = span.end - span.begin;
+    std::byte* buf = scratch[w].Get(n);
+    std::vector<Piece> pieces;
+    for (uint64_t o = 0; o < n; o += kReadPiece) {
+      pieces.push_back({span.begin + o, {buf + o, static_cast<size_t>(std::min(kReadPiece, n - o))}});
+    }
+    // A whole format-1 chunk is hashed as one stream as it lands; blocks
+    // are hashed once the span is in.
+    const bool whole = chunk.block_hashes.empty();
+    std::optional<format::Hash64Stream> stream;
+    auto got = ReadChunkPieces(*store_, queues[w], direct_ok, KeyUri(chunk.key), part, chunk,
+                               pieces, [&]() -> Observer {
+                                 stream.emplace();
+                                 if (!whole) return nullptr;
+                                 return [&stream](std::span<const std::byte> p) {
+                                   stream->Update(p);
+                                 };
+                               });
+    if (!got.ok()) return got.status();    if (*got != n) {
+      return Corruption(KeyUri(chunk.key) + ": truncated: " + std::to_string(span.begin + *got) +
+                        " bytes, the manifest says " + std::to_string(chunk.bytes) +
+                        ChunkContext(part, chunk));
+    }
+    if (whole) {
+      if (stream->Digest() != chunk.hash) {
+        return Corruption(KeyUri(chunk.key) + ": checksum mismatch" + ChunkContext(part, chunk));
+      }
+    } else {
+      for (uint64_t o = 0; o < n; o += chunk.block_bytes) {
+        const uint64_t b = (span.begin + o) / chunk.block_bytes;
+        const size_t len = static_cast<size_t>(std::min(chunk.block_bytes, n - o));
+        if (format::Hash64({buf + o, len}) != chunk.block_hashes[b]) {
+          return Corruption(KeyUri(chunk.key) + ": checksum mismatch in block " +
+                            std::to_string(b) + " (bytes " + std::to_string(span.begin + o) +
+                            ".." + std::to_string(span.begin + o + len) + ")" +
+                            ChunkContext(part, chunk));
+        }
+      }
+    }
+    for (const SpanCopy& c : span.copies) std::memcpy(c.dst, buf + (c.at - span.begin), c.bytes);
+    return Status::Ok();
+  });
 }
 
 Status Restorer::Verify(const CheckpointManifest& m, CheckpointVerifyReport* report) {
@@ -392,7 +566,7 @@ Status Restorer::Verify(const CheckpointManifest& m, CheckpointVerifyReport* rep
       auto got = store_->Read(chunk->key, 0, buf);
       if (!got.ok()) {
         problem = got.status().message();
-      } else if (*got != buf.size() || format::Hash64(buf) != chunk->hash) {
+      } else if (*got != buf.size() || !ChunkMatches(*chunk, buf)) {
         problem = KeyUri(chunk->key) + ": checksum mismatch";
       }
     }

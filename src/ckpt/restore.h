@@ -35,6 +35,11 @@ class Restorer {
   // Checkpointer::Verify of manifest `m`.
   Status Verify(const CheckpointManifest& m, CheckpointVerifyReport* report);
 
+  // Fills destinations with a layout (§6) from the pieces that intersect
+  // them, reading only the checksum blocks that hold their bytes, each
+  // block verified before any of its bytes is copied.
+  Status RestoreResharded(const CheckpointManifest& m, std::span<const TensorDestination> dst);
+
   // Reads the chunks under `wanted` into `dst` (one span per tensor), every
   // chunk checked before its bytes count.
   Status ReadTensors(const CheckpointManifest& m, const std::vector<const TensorInfo*>& wanted,
