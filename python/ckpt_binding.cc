@@ -332,7 +332,8 @@ void BindCheckpoints(py::module_& m) {
       .def_readwrite("rank", &StateLoadOptions::rank)
       .def_readwrite("world_size", &StateLoadOptions::world_size)
       .def_readwrite("any_world_if_single", &StateLoadOptions::any_world_if_single)
-      .def_readwrite("all_ranks", &StateLoadOptions::all_ranks);
+      .def_readwrite("all_ranks", &StateLoadOptions::all_ranks)
+      .def_readwrite("reshard", &StateLoadOptions::reshard);
   py::class_<PyEncodedState, std::shared_ptr<PyEncodedState>>(m, "_EncodedState")
       .def_property_readonly("nbytes", [](const PyEncodedState& s) {
         return s.encoded.tensor_bytes + s.encoded.document.size();

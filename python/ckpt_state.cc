@@ -43,6 +43,24 @@ std::string NumpyName(py::handle dtype) {
   return kNumpyNames.contains(s) ? s : "";
 }
 
+// stoker.checkpoint's Python side of pieces: _piece(value) gives a
+// ShardedTensor for a ShardedTensor or a DTensor, None otherwise.
+py::object CheckpointModule() { return py::module_::import("stoker.checkpoint"); }
+
+// The layout of a ShardedTensor (docs/checkpoint.md §3.4).
+TensorLayout LayoutOf(py::handle piece) {
+  TensorLayout l;
+  l.global_shape = piece.attr("global_shape").cast<std::vector<int64_t>>();
+  if (piece.attr("offsets").is_none()) {
+    l.kind = TensorLayout::Kind::kFlat;
+    l.flat_start = piece.attr("flat_start").cast<uint64_t>();
+  } else {
+    l.kind = TensorLayout::Kind::kBox;
+    l.offsets = piece.attr("offsets").cast<std::vector<int64_t>>();
+  }
+  return l;
+}
+
 // ---- saving -------------------------------------------------------------------
 
 class Encoder {
@@ -52,6 +70,10 @@ class Encoder {
     if (modules.contains("torch")) torch_ = modules["torch"];  // else no tensors
     np_ = py::module_::import("numpy");
     odict_ = py::module_::import("collections").attr("OrderedDict");
+    py::object ckpt = CheckpointModule();
+    sharded_ = ckpt.attr("ShardedTensor");
+    piece_ = ckpt.attr("_piece");
+    dtensor_ = ckpt.attr("_dtensor_type")();
   }
 
   StateValue Encode(py::handle value, const std::string& where) {
@@ -80,8 +102,14 @@ class Encoder {
       return v;
     }
     py::handle type = value.get_type();
+    if (type.is(sharded_)) return Piece(value, where);
     if (torch_) {
-      if (py::isinstance(value, torch_.attr("Tensor"))) return Tensor(value, where);
+      if (py::isinstance(value, torch_.attr("Tensor"))) {
+        if (!dtensor_.is_none() && py::isinstance(value, dtensor_)) {
+          return Piece(piece_(value), where);
+        }
+        return Tensor(value, where);
+      }
       if (type.is(torch_.attr("Size"))) {
         v.kind = Kind::kSize;
         for (py::handle x : value) v.items.push_back(Text(Kind::kInt, Str(x)));
@@ -216,6 +244,19 @@ class Encoder {
     return v;
   }
 
+  // A piece of a global tensor: its local tensor (or array), with its layout.
+  StateValue Piece(py::handle piece, const std::string& where) {
+    py::object local = piece.attr("local");
+    const bool tensor = torch_ && py::isinstance(local, torch_.attr("Tensor"));
+    if (!tensor && !py::isinstance(local, np_.attr("ndarray"))) {
+      throw py::type_error("cannot save " + where + ": a ShardedTensor whose local is a " +
+                           Str(local.get_type().attr("__name__")));
+    }
+    StateValue v = tensor ? Tensor(local, where) : Ndarray(local, where);
+    v.layout = LayoutOf(piece);
+    return v;
+  }
+
   StateValue Ndarray(py::handle value, const std::string& where) {
     py::object dtype = value.attr("dtype");
     const std::string name = NumpyName(dtype);
@@ -233,7 +274,7 @@ class Encoder {
 
   static constexpr size_t kMaxDepth = 60;
   PyEncodedState* out_;
-  py::object torch_, np_, odict_;
+  py::object torch_, np_, odict_, sharded_, piece_, dtensor_;
   std::unordered_set<PyObject*> active_;  // the containers being walked (cycles)
   std::unordered_map<std::string, StateValue> ties_;
 };
@@ -304,12 +345,25 @@ class Decoder {
         break;
     }
     if (auto it = given.find(v.text); it != given.end()) return it->second;
-    if (v.kind == Kind::kNdarray) return Restored(v, true);
-    py::object t = Restored(v, false);
-    if (v.kind == Kind::kParameter) {
-      return Torch().attr("nn").attr("Parameter")(t, py::arg("requires_grad") = v.flag);
+    return AsPiece(v, [&]() -> py::object {
+      if (v.kind == Kind::kNdarray) return Restored(v, true);
+      py::object t = Restored(v, false);
+      if (v.kind == Kind::kParameter) {
+        return Torch().attr("nn").attr("Parameter")(t, py::arg("requires_grad") = v.flag);
+      }
+      return v.flag ? t.attr("requires_grad_")(true) : t;
+    }());
+  }
+
+  // A piece saved with a layout comes back as a stoker.ShardedTensor.
+  static py::object AsPiece(const StateValue& v, py::object local) {
+    if (v.layout.kind == TensorLayout::Kind::kWhole) return local;
+    py::object cls = CheckpointModule().attr("ShardedTensor");
+    py::tuple global = py::cast(v.layout.global_shape);
+    if (v.layout.kind == TensorLayout::Kind::kFlat) {
+      return cls(local, global, py::none(), py::arg("flat_start") = v.layout.flat_start);
     }
-    return v.flag ? t.attr("requires_grad_")(true) : t;
+    return cls(local, global, py::tuple(py::cast(v.layout.offsets)));
   }
 
   // A restored tensor (numpy array when `ndarray`, or for a dtype this torch
@@ -371,6 +425,7 @@ class IntoPlan {
   IntoPlan(py::object into, std::string where) : into_(std::move(into)), where_(std::move(where)) {
     torch_ = py::module_::import("sys").attr("modules").attr("get")("torch");
     np_ = py::module_::import("numpy");
+    piece_ = CheckpointModule().attr("_piece");
   }
 
   Status Plan(const StateValue& root, const CheckpointManifest& m, size_t part_tensors,
@@ -386,14 +441,20 @@ class IntoPlan {
     }
     for (const StateValue* t : order_) {
       for (const auto& [where, target] : targets_[t->text]) {
+        if (py::object piece = piece_(target); !piece.is_none()) {
+          PieceDestination(where, piece, *t, dst);
+          given_[t->text] = target;
+          continue;
+        }
         auto [how, span] = Destination(where, target, *t);
         if (how == kDirect && !direct_.contains(t->text)) {
-          dst->push_back({t->text, span});
+          dst->push_back({t->text, span, {}, {}, {}});
           direct_.emplace(t->text, target);
         } else if (how != kEmpty) {
           copies_.emplace_back(t->text, target);
         }
       }
+      if (given_.contains(t->text)) continue;  // a piece
       auto d = direct_.find(t->text);
       given_[t->text] = d != direct_.end() ? d->second : targets_[t->text][0].second;
     }
@@ -403,6 +464,7 @@ class IntoPlan {
   // After the restore: the copies into destinations that could not be read
   // into; then the state, with `into`'s objects where they were filled.
   py::object Finish(Decoder& d, const StateValue& root) {
+    for (const auto& [local, staging] : staged_) CopyInto(local, staging, d);
     std::unordered_map<std::string, const StateValue*> tensors;
     Index(root, &tensors);
     for (const auto& [name, target] : copies_) {
@@ -453,6 +515,52 @@ class IntoPlan {
         if (present) Targets(v.items[i + 1], target[key], where + "[" + Repr(key) + "]");
       }
     }
+  }
+
+  // A piece (ShardedTensor, DTensor) takes its part of global tensor `t`
+  // (§6): read straight into its local where that is CPU memory in order,
+  // else into CPU staging copied into it after the restore. The layout and
+  // global shape are checked in C++, before anything is read.
+  void PieceDestination(const std::string& where, py::handle piece, const StateValue& t,
+                        std::vector<TensorDestination>* dst) {
+    py::object local = piece.attr("local");
+    const std::string dtype(DTypeName(t.dtype));
+    const bool array = IsArray(local);
+    const std::string have = array ? NumpyName(local.attr("dtype"))
+                                   : TorchDTypeName(local.attr("dtype"));
+    if (have != dtype) {
+      throw py::value_error(Format(
+          "load(into=...): {} is a piece of {} elements, the checkpoint's tensor {!r} is {}",
+          py::make_tuple(where, local.attr("dtype"), t.text, dtype)));
+    }
+    TensorDestination d;
+    d.name = t.text;
+    d.layout = LayoutOf(piece);
+    d.dtype = t.dtype;
+    d.shape = py::list(local.attr("shape")).cast<std::vector<int64_t>>();
+    StateValue shaped = t;
+    shaped.shape = d.shape;
+    py::object into = local;
+    bool in_place;
+    if (array) {
+      py::object flags = local.attr("flags");
+      if (!flags.attr("writeable").cast<bool>()) {
+        throw py::value_error("load(into=...): " + where + " is a read-only numpy array");
+      }
+      in_place = flags.attr("c_contiguous").cast<bool>();
+      if (!in_place) into = np_.attr("empty")(local.attr("shape"), local.attr("dtype"));
+      d.data = Span(into.attr("__array_interface__")["data"][py::int_(0)], shaped);
+    } else {
+      in_place = Str(local.attr("device").attr("type")) == "cpu" &&
+                 local.attr("is_contiguous")().cast<bool>() &&
+                 !local.attr("is_conj")().cast<bool>() && !local.attr("is_neg")().cast<bool>();
+      if (!in_place) {
+        into = torch_.attr("empty")(local.attr("shape"), py::arg("dtype") = local.attr("dtype"));
+      }
+      d.data = Span(into.attr("data_ptr")(), shaped);
+    }
+    if (!in_place) staged_.emplace_back(local, into);
+    if (!d.data.empty()) dst->push_back(std::move(d));
   }
 
   // How `target` takes tensor `t`: read straight into its memory, restored
@@ -541,7 +649,8 @@ class IntoPlan {
     for (const StateValue& x : v.items) Index(x, out);
   }
 
-  py::object into_, torch_, np_;
+  py::object into_, torch_, np_, piece_;
+  std::vector<std::pair<py::object, py::object>> staged_;  // (piece's local, its CPU staging)
   std::string where_;
   std::vector<const StateValue*> order_;  // tensors in `into`, in structure order
   std::unordered_map<std::string, std::vector<std::pair<std::string, py::object>>> targets_;

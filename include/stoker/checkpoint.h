@@ -545,6 +545,9 @@ struct StateValue {
   // read into, or -1.
   std::string tie;
   int64_t destination = -1;
+  // Tensors: where the tensor lies in a global one (a piece of a sharded
+  // tensor, saved with it; LoadState: as the part record says).
+  TensorLayout layout;
 };
 
 struct EncodedState {
@@ -570,6 +573,13 @@ struct StateLoadOptions {
   bool any_world_if_single = false;
   // Every rank's state. Default: off.
   bool all_ranks = false;
+  // A load of another world size or split (docs/checkpoint.md §6.1), for a
+  // plan whose destinations are pieces (TensorDestination::layout): the
+  // world-size check is off, and the structure, scalars and tensors without
+  // a layout are rank `rank`'s where the checkpoint has that rank, else
+  // rank 0's (replicated state: RNG seeds, a step, a loader position that is
+  // global). Pieces are filled from every rank's. Default: off.
+  bool reshard = false;
 };
 
 struct LoadedState {

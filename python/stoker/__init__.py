@@ -23,7 +23,7 @@ from .errors import *  # noqa: F401,F403
 
 errors._register(_stoker)
 
-from .checkpoint import Checkpointer, SaveHandle, load, save  # noqa: E402
+from .checkpoint import Checkpointer, SaveHandle, ShardedTensor, load, save  # noqa: E402
 from .dataset import inspect, pack, verify  # noqa: E402
 from .loader import BytesColumn, DistributedEnv, Loader, distributed_env  # noqa: E402
 from .writer import Writer, commit_parts  # noqa: E402
@@ -36,7 +36,7 @@ __all__ = [
     "Writer",
     "commit_parts",
     "Loader", "BytesColumn", "DistributedEnv", "distributed_env", "pack", "inspect", "verify",
-    "save", "load", "Checkpointer", "SaveHandle",
+    "save", "load", "Checkpointer", "SaveHandle", "ShardedTensor",
     "metrics", "phase", "timed_allreduce_hook",
     "StokerError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError",
     "PermissionDeniedError", "CorruptionError", "UnsupportedError", "StorageIOError",

@@ -33,10 +33,135 @@ from . import _stoker
 from .dataset import _path
 from .loader import _bool, _int, _rank_world, _seconds, _store_options
 
-__all__ = ["save", "load", "release", "Checkpointer", "SaveHandle"]
+__all__ = ["save", "load", "release", "Checkpointer", "SaveHandle", "ShardedTensor"]
 
 _U64 = 2**64 - 1
 _MAX_RANKS = _stoker.MAX_CHECKPOINT_RANKS  # of one checkpoint (SaveOptions::world_size)
+
+
+def _dims(what, v, ndim=None):
+    try:
+        out = tuple(int(x) for x in v)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of ints, not {type(v).__name__}") from None
+    if any(x < 0 for x in out):
+        raise ValueError(f"{what} {out} has a negative entry")
+    if ndim is not None and len(out) != ndim:
+        raise ValueError(f"{what} {out} has {len(out)} entries; the tensor has {ndim} dimensions")
+    return out
+
+
+class ShardedTensor:
+    """A piece of a larger (global) tensor, in any state dict given to
+    stoker.save or to stoker.load(into=...), on the CPU or a GPU:
+
+        ShardedTensor(local, global_shape, offsets)      # a box: local's shape at offsets
+        ShardedTensor(local, global_shape, flat_start=N)  # elements [N, N + local.numel())
+                                                          # of the row-major global tensor
+                                                          # (ZeRO/FSDP flat shards; local 1-D)
+
+    Saved, the checkpoint records the global layout (docs/checkpoint.md §3.4);
+    loaded into ShardedTensors of another split or world size, each is filled
+    from whatever pieces the saving ranks wrote, reading only the bytes that
+    intersect it. stoker.load without into= gives back ShardedTensors for the
+    pieces a rank saved. ``local`` is a torch tensor or a numpy array."""
+
+    __slots__ = ("local", "global_shape", "offsets", "flat_start")
+
+    def __init__(self, local, global_shape, offsets=None, *, flat_start=None):
+        if not hasattr(local, "shape") or not hasattr(local, "dtype"):
+            raise TypeError(f"ShardedTensor: local must be a torch tensor or a numpy array, not "
+                            f"{type(local).__name__}")
+        self.local = local
+        self.global_shape = _dims("ShardedTensor: global_shape", global_shape)
+        if (offsets is None) == (flat_start is None):
+            raise ValueError("ShardedTensor: give exactly one of offsets (a box) and flat_start "
+                             "(a flat range)")
+        if offsets is not None:
+            self.offsets = _dims("ShardedTensor: offsets", offsets, len(self.global_shape))
+            shape = tuple(local.shape)
+            if len(shape) != len(self.global_shape):
+                raise ValueError(f"ShardedTensor: local has shape {shape}, the global tensor "
+                                 f"{self.global_shape}: not as many dimensions")
+            for d, (o, n, g) in enumerate(zip(self.offsets, shape, self.global_shape)):
+                if o + n > g:
+                    raise ValueError(f"ShardedTensor: dimension {d}: [{o}, {o + n}) is not inside "
+                                     f"[0, {g}) of global shape {self.global_shape}")
+            self.flat_start = None
+        else:
+            self.flat_start = _int("ShardedTensor: flat_start", flat_start, 0, _U64)
+            if len(tuple(local.shape)) != 1:
+                raise ValueError(f"ShardedTensor: a flat piece is 1-D, not of shape "
+                                 f"{tuple(local.shape)}")
+            total = 1
+            for g in self.global_shape:
+                total *= g
+            if self.flat_start + int(local.shape[0]) > total:
+                raise ValueError(f"ShardedTensor: flat [{self.flat_start}, "
+                                 f"{self.flat_start + int(local.shape[0])}) runs past the {total} "
+                                 f"elements of global shape {self.global_shape}")
+            self.offsets = None
+
+    @property
+    def shape(self):
+        return tuple(self.local.shape)
+
+    @property
+    def dtype(self):
+        return self.local.dtype
+
+    def __repr__(self):
+        where = (f"offsets={self.offsets}" if self.offsets is not None
+                 else f"flat_start={self.flat_start}")
+        return (f"stoker.ShardedTensor(shape={self.shape}, global_shape={self.global_shape}, "
+                f"{where}, dtype={self.dtype})")
+
+
+def _dtensor_type():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:  # noqa: BLE001 -- torch without DTensor (1.13), or without distributed
+        return None
+    return DTensor
+
+
+def _piece(value):
+    """A ShardedTensor for a DTensor (its local shard and where it lies), the
+    ShardedTensor itself, or None for anything else. Called by the binding."""
+    if isinstance(value, ShardedTensor):
+        return value
+    dtensor = _dtensor_type()
+    if dtensor is None or not isinstance(value, dtensor):
+        return None
+    from torch.distributed.tensor import Replicate, Shard
+    placements = tuple(value.placements)
+    for p in placements:
+        if not isinstance(p, (Replicate, Shard)):
+            raise TypeError(f"a DTensor with placement {p} (a partial sum) cannot be saved as it "
+                            f"is: redistribute it to Shard or Replicate first")
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    local = value.to_local()
+    _, offsets = compute_local_shape_and_global_offset(value.shape, value.device_mesh, placements)
+    return ShardedTensor(local, tuple(value.shape), tuple(offsets))
+
+
+def _has_pieces(value, depth=0):
+    """Whether a load(into=...) state holds ShardedTensors or DTensors."""
+    if depth > 64:
+        return False
+    if isinstance(value, ShardedTensor):
+        return True
+    dtensor = _dtensor_type()
+    if dtensor is not None and isinstance(value, dtensor):
+        return True
+    if isinstance(value, collections.abc.Mapping):
+        return any(_has_pieces(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_pieces(v, depth + 1) for v in value)
+    return False
 
 
 class SaveHandle:
@@ -182,6 +307,9 @@ class Checkpointer:
         options.rank, world_size, _ = _rank_world(rank, world_size, _MAX_RANKS)
         options.all_ranks = _bool("all_ranks", all_ranks)
         options.world_size = 0 if all_ranks else world_size
+        # Pieces (ShardedTensor, DTensor) in `into`: a load of any world size
+        # (docs/checkpoint.md §6.1).
+        options.reshard = into is not None and _has_pieces(into)
         return impl.load_state(name, options, map_location, into)  # one call, into= or not
 
     def list(self):

@@ -163,7 +163,7 @@ class Encoder {
     } else {
       v.text = Name(path);
       if (!v.tie.empty()) ties_.emplace(v.tie, v.text);
-      out_->tensors.push_back({v.text, v.dtype, v.shape, v.data});
+      out_->tensors.push_back({v.text, v.dtype, v.shape, v.data, v.layout});
       out_->tensor_bytes += v.data.size();
     }
     if (v.kind == Kind::kNdarray) {
@@ -332,6 +332,7 @@ class Decoder {
     }
     v.dtype = it->second->dtype;
     v.shape = it->second->shape;
+    v.layout = it->second->layout;
     return v;
   }
 
@@ -357,6 +358,7 @@ Result<StateValue> RankRoot(const RankPart& part, std::span<const std::byte> str
       value.text = t.name;
       value.dtype = t.dtype;
       value.shape = t.shape;
+      value.layout = t.layout;
       root.items.push_back(std::move(key));
       root.items.push_back(std::move(value));
     }
@@ -408,7 +410,8 @@ Result<EncodedState> EncodeState(StateValue& root) {
   out.tensors.push_back({std::string(kStructureTensor),
                          DType::kUInt8,
                          {int64_t(out.document.size())},
-                         std::as_bytes(std::span(out.document))});
+                         std::as_bytes(std::span(out.document)),
+                         {}});
   return out;
 }
 
@@ -497,6 +500,11 @@ Result<LoadedState> LoadState(Checkpointer& c, std::string_view name,
   if (plan || any_world) {
     STOKER_ASSIGN_OR_RETURN(out.manifest, c.ReadManifest(wanted));
     if (any_world && out.manifest.world_size == 1) ro = {};
+  }
+  if (options.reshard && plan && !options.all_ranks) {
+    // §6.1: this rank's part where the checkpoint has it, else rank 0's.
+    ro.world_size = 0;
+    if (ro.rank >= out.manifest.world_size) ro.rank = 0;
   }
   if (!plan) {
     STOKER_RETURN_IF_ERROR(LoadRanks(c, any_world ? out.manifest.name : wanted, ro, &out));
