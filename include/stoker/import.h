@@ -152,3 +152,59 @@ Result<ExportResult> ExportWebDataset(std::string_view src_uri, const std::strin
                                       const ExportOptions& options);
 
 }  // namespace stoker
+// ---- Megatron-LM indexed datasets (.bin + .idx) ----
+//
+// The .idx layout (megatron/core/datasets/indexed_dataset.py), little-endian:
+// magic "MMIDIDX\0\0" (9 bytes), version u64 (1), dtype code u8 (1 uint8,
+// 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16),
+// sequence count u64, document count u64, then the sequences' lengths
+// (int32, in tokens), their pointers (int64, byte offsets into the .bin), and
+// the document index (int64, sequence numbers where documents start,
+// document count of them: 0 first, the sequence count last).
+inline constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+inline constexpr uint64_t kMegatronHeaderBytes = 34;
+// The field of an imported Megatron dataset's tokens, and (only when some
+// document holds more than one sequence) of each sequence's document number.
+inline constexpr std::string_view kMegatronTokenField = "tokens";
+inline constexpr std::string_view kMegatronDocumentField = "document";
+
+// A parsed .idx, viewing the bytes it was read from (which must outlive it).
+struct MegatronIndex {
+  format::DType dtype = format::DType::kUInt16;
+  uint8_t dtype_code = 8;
+  uint64_t sequences = 0;
+  uint64_t documents = 0;  // entries of the document index (documents + 1)
+  uint64_t lengths_offset = 0, pointers_offset = 0, documents_offset = 0;
+  std::span<const std::byte> idx;
+  int32_t Length(uint64_t i) const;         // i < sequences
+  int64_t Pointer(uint64_t i) const;        // i < sequences
+  int64_t DocumentIndex(uint64_t d) const;  // d < documents
+};
+
+// The stoker dtype of a Megatron dtype code, `*name` set to its Megatron
+// name: int8, int16 and float64 have none of the same bytes (Unsupported),
+// a code outside 1..8 is InvalidArgument.
+Result<format::DType> MegatronDType(uint8_t code, std::string* name);
+// Parses and checks an .idx (`path` names it): InvalidArgument naming the
+// file, the offset and the field for a wrong magic, version or dtype code,
+// a truncated header, counts that do not match the file's size, or a
+// document index that does not run from 0 to the sequence count.
+Result<MegatronIndex> ReadMegatronIndex(std::span<const std::byte> idx, const std::string& path);
+// The prefixes (PATH without .bin/.idx) that `paths` name, each given as
+// PREFIX, PREFIX.idx or PREFIX.bin; NotFound naming a missing file.
+Result<std::vector<std::string>> ListMegatron(std::span<const std::string> paths);
+// True when every path ends in .idx or .bin.
+bool LooksLikeMegatron(std::span<const std::string> paths);
+
+// Megatron datasets (ListMegatron's paths, in order) into a new dataset at
+// `dst_uri`: one record per sequence, its tokens byte for byte in an array
+// field "tokens" of the .idx's dtype and shape [*] (options.fields may
+// rename it: one NAME:DTYPE[*] of that dtype), plus an int64 field
+// "document" (the sequence's document, counted across the sources) when
+// some document holds more than one sequence (otherwise records are
+// documents). Every sequence must lie in the .bin and their lengths add up
+// to its size (InvalidArgument naming the .idx, the offset and the
+// sequence); several sources must share one dtype.
+Result<ImportResult> ImportMegatron(std::span<const std::string> paths, std::string_view dst_uri,
+                                    const ImportOptions& options);
+

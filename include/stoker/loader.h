@@ -74,6 +74,9 @@ struct LoaderState {
   uint32_t shuffle_window_shards = 0;
   // The world size that saved it: for messages only (see position).
   uint32_t world_size = 0;
+  // LoaderOptions::sequence_length (positions then count windows); checked.
+  // Default: 0.
+  uint32_t sequence_length = 0;
 };
 
 // reads_in_flight 0: the workers' count, within these.
@@ -202,6 +205,34 @@ struct LoaderOptions {
   bool cache_fallback = false;
 };
 
+  // Token windows (tokens.h; docs/architecture.md "Token windows"): > 0
+  // delivers, instead of records, windows of sequence_length + 1 tokens that
+  // run across document boundaries, batch_size of them a batch, as one
+  // (batch, L + 1) FixedColumn "tokens". The token field is a record's
+  // integer array of shape [*] (sequence_field). With shuffle off, window k
+  // is tokens [kL, kL + L + 1) of the documents concatenated in dataset
+  // order; with shuffle on, the documents' order and the windows' are pure
+  // functions of (dataset, seed, epoch). Positions count windows: rank r
+  // gets the epoch's windows start + j * world_size + r, floor(rest /
+  // world_size) of them (drop_last: whole batches only). Only the byte
+  // ranges of the windows' documents are read (never whole shards). Not
+  // with decode, device, cache_dir, node_affinity or fields. Default: 0 =
+  // records.
+  uint32_t sequence_length = 0;
+  // The token field. Default: "" = "tokens", else the only integer array of
+  // shape [*].
+  std::string sequence_field;
+  // "int64" or "int32": the tokens' element type. Default: "int64".
+  std::string sequence_dtype = "int64";
+  // Also deliver "positions" (each token's position in its document,
+  // 0 at a document's start) and "documents" (which document of the window
+  // each token is in, from 0): what a block-diagonal attention mask and
+  // reset position ids need. Default: off.
+  bool sequence_positions = false;
+  // Read whole records and check their checksums (on), or only the tokens'
+  // bytes (off; a record is then checked only when a window holds all of
+  // it). TokenDatasetOptions::verify. Default: on.
+  bool sequence_verify = true;
 // Records of at least this many bytes on average are read one by one under
 // read_unit "auto" (see LoaderOptions::read_unit): a system call per sample
 // is then a few per cent of the copy it saves.

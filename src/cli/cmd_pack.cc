@@ -17,6 +17,9 @@ struct Args {
   std::string from;
   std::vector<std::string> fields;
   bool skip_bad = false;
+  bool tokens = false;             // --tokens: token documents
+  std::string token_key = "tokens";
+  std::string token_dtype = "uint32";
   double shard_mib = 4;
   uint32_t threads = 0;
   bool quiet = false;
@@ -33,6 +36,7 @@ bool IsJsonlName(const std::string& p) {
 std::string SourceKind(const Args& a, std::span<const std::string> srcs) {
   if (!a.from.empty()) return a.from;
   if (LooksLikeWebDataset(srcs)) return "webdataset";
+  if (LooksLikeMegatron(srcs)) return "megatron";
   bool jsonl = true;
   for (const std::string& s : srcs) jsonl = jsonl && IsJsonlName(s);
   if (jsonl) return "jsonl";
@@ -64,6 +68,11 @@ int PackFiles(const Args& a, const std::string& src, const std::string& dst) {
 int Import(const Args& a, const std::string& kind, std::span<const std::string> srcs,
            const std::string& dst) {
   ImportOptions o;
+  if (a.tokens && kind == "jsonl") {  // the token list first, then any other --field
+    auto spec = format::ParseFieldSpec(a.token_key, a.token_dtype + "[*]");
+    if (!spec.ok()) return Fail(spec.status());
+    o.fields.push_back(*spec);
+  }
   for (const std::string& f : a.fields) {
     auto spec = ParseFieldArg(f);
     if (!spec.ok()) return Fail(spec.status());
@@ -78,12 +87,15 @@ int Import(const Args& a, const std::string& kind, std::span<const std::string> 
     if (p.skipped) extra += ", " + std::to_string(p.skipped) + " skipped";
     bar.Update(p.bytes_read, p.bytes_total, extra);
   };
-  auto r = kind == "webdataset" ? ImportWebDataset(srcs, dst, o) : ImportJsonl(srcs, dst, o);
+  auto r = kind == "webdataset" ? ImportWebDataset(srcs, dst, o)
+           : kind == "megatron"   ? ImportMegatron(srcs, dst, o)
+                                  : ImportJsonl(srcs, dst, o);
   bar.Finish();
   if (!r.ok()) return Fail(r.status());
   const double secs = bar.Seconds();
   std::printf("imported %lu samples from %zu %s file%s", (unsigned long)r->samples,
-              r->sources.size(), kind == "webdataset" ? "tar" : "JSONL",
+              r->sources.size(),
+              kind == "webdataset" ? "tar" : kind == "megatron" ? "Megatron .idx/.bin" : "JSONL",
               r->sources.size() == 1 ? "" : "s");
   if (r->skipped) std::printf(" (%lu bad skipped)", (unsigned long)r->skipped);
   std::printf(" into %zu shards, %s, in %.1f s (%.0f MB/s of source): %s\n",
@@ -108,8 +120,19 @@ void RegisterPack(CLI::App& app, Action* action) {
       ->required();
   cmd->add_option("--from", args->from,
                   "Source kind (default: recognised from the paths: .tar files or folders of "
-                  "them are webdataset, .jsonl files jsonl, else imagefolder or list)")
-      ->check(CLI::IsMember({"webdataset", "jsonl", "imagefolder", "list"}));
+                  "them are webdataset, .jsonl files jsonl, .idx/.bin pairs megatron, else imagefolder or "
+                  "list)")
+      ->check(CLI::IsMember({"webdataset", "jsonl", "megatron", "imagefolder", "list"}));
+  cmd->add_flag("--tokens", args->tokens,
+                "Token documents for sequence_length windows: JSONL lines' --token-key list "
+                "as a --token-dtype[*] field 'tokens' (Megatron .idx/.bin pairs always are)");
+  cmd->add_option("--token-key", args->token_key, "JSONL key of the token list (--tokens)")
+      ->capture_default_str();
+  cmd->add_option("--token-dtype", args->token_dtype,
+                  "Token dtype (--tokens): uint16, uint32 or int32; a token it cannot hold "
+                  "fails the pack naming FILE:LINE")
+      ->check(CLI::IsMember({"uint8", "uint16", "uint32", "int32", "int64"}))
+      ->capture_default_str();
   cmd->add_option("--field", args->fields,
                   "NAME:TYPE (repeatable): JSONL fields to take (default: inferred from the "
                   "first line); WebDataset: a type override (e.g. cls:int64)")
@@ -135,7 +158,13 @@ void RegisterPack(CLI::App& app, Action* action) {
       const std::string dst = args->paths.back();
       const std::span<const std::string> srcs(args->paths.data(), args->paths.size() - 1);
       const std::string kind = SourceKind(*args, srcs);
-      if (kind == "webdataset" || kind == "jsonl") return Import(*args, kind, srcs, dst);
+      if (args->tokens && kind != "jsonl" && kind != "megatron") {
+        std::fprintf(stderr, "stoker pack: --tokens is for JSONL (and Megatron) sources\n");
+        return kExitUsage;
+      }
+      if (kind == "webdataset" || kind == "jsonl" || kind == "megatron") {
+        return Import(*args, kind, srcs, dst);
+      }
       if (srcs.size() != 1) {
         std::fprintf(stderr,
                      "stoker pack: an ImageFolder tree or a list is one SRC (or give --from "

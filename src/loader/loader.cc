@@ -26,6 +26,7 @@
 #include "loader/schedule.h"
 #include "loader/shard_source.h"
 #include "stoker/cache.h"
+#include "loader/token_loader.h"
 #include "stoker/gpu.h"
 #include "stoker/plan.h"
 #include "stoker/retrying_store.h"
@@ -471,6 +472,9 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
     ColumnSpec c = ColumnSpecFor(manifest.fields[f], name == options.decode.field,
                                  options.ragged == "padded");
     if (c.decode) {
+  if (options.sequence_length > 0) {  // token windows (token_loader.h)
+    return OpenTokenLoader(std::move(store), std::move(manifest), options, std::move(counters));
+  }
       if (c.type != format::FieldType::kBytes) {
         return InvalidArgument("decode field '" + name + "' is not a bytes field");
       }

@@ -18,6 +18,7 @@ LoaderState IdentifiedState(uint64_t epoch, uint64_t position, const format::Man
   s.shuffle = o.shuffle;
   s.shuffle_window_shards = o.shuffle_window_shards;
   s.world_size = o.world_size;
+  s.sequence_length = o.sequence_length;
   return s;
 }
 
@@ -34,7 +35,9 @@ Status Differs(const char* what, const T& saved, const T& mine) {
 
 Status CheckResumeState(const LoaderState& state, const format::Manifest& m,
                         const LoaderOptions& o) {
-  if (state.position > m.sample_count) {
+  // Token windows: positions count windows, which the token loader bounds
+  // when it starts the epoch (the manifest does not know them).
+  if (o.sequence_length == 0 && state.position > m.sample_count) {
     return InvalidArgument("resume position " + std::to_string(state.position) +
                            " is past the end of the dataset (" + std::to_string(m.sample_count) +
                            " samples)");
@@ -56,6 +59,9 @@ Status CheckResumeState(const LoaderState& state, const format::Manifest& m,
   if (state.dataset_id != m.IdHex()) {
     return InvalidArgument("resume state was saved for dataset " + state.dataset_id +
                            ", this loader reads " + m.IdHex());
+  }
+  if (state.sequence_length != o.sequence_length) {
+    return Differs("sequence_length", state.sequence_length, o.sequence_length);
   }
   if (state.seed != o.seed) return Differs("seed", state.seed, o.seed);
   if (state.shuffle != o.shuffle) return Differs("shuffle", state.shuffle, o.shuffle);

@@ -1,0 +1,618 @@
+// Token datasets (issue 36): Megatron .bin/.idx pairs written by the test
+// itself and imported byte for byte, every bad .idx named by file and
+// offset, JSONL token lists, the window index, and the loader's
+// sequence_length windows: Megatron's layout with shuffling off, every
+// token once per epoch with it on, resume on another world size.
+#include "stoker/tokens.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "stoker/dataset.h"
+#include "stoker/import.h"
+#include "stoker/loader.h"
+#include "testutil.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+template <typename T>
+void Put(std::vector<std::byte>* out, T v) {
+  const size_t at = out->size();
+  out->resize(at + sizeof v);
+  std::memcpy(out->data() + at, &v, sizeof v);
+}
+
+void WriteBytes(const fs::path& p, const std::vector<std::byte>& b) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// A Megatron indexed dataset as megatron/core/datasets/indexed_dataset.py
+// writes it: `docs[d]` is document d's sequences, each a list of tokens of
+// dtype code `code` (8 uint16, 4 int32). Returns the .bin's bytes.
+std::vector<std::byte> WriteMegatron(const fs::path& prefix,
+                                     const std::vector<std::vector<std::vector<int64_t>>>& docs,
+                                     uint8_t code = 8) {
+  const size_t eb = code == 8 ? 2 : code == 4 ? 4 : code == 1 ? 1 : 8;
+  std::vector<std::byte> bin, idx;
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> pointers, doc_index{0};
+  for (const auto& doc : docs) {
+    for (const auto& seq : doc) {
+      pointers.push_back(int64_t(bin.size()));
+      lengths.push_back(int32_t(seq.size()));
+      for (int64_t t : seq) {
+        if (eb == 2) Put(&bin, uint16_t(t));
+        if (eb == 4) Put(&bin, int32_t(t));
+        if (eb == 1) Put(&bin, uint8_t(t));
+        if (eb == 8) Put(&bin, int64_t(t));
+      }
+    }
+    doc_index.push_back(int64_t(lengths.size()));
+  }
+  for (char c : std::string_view("MMIDIDX\0\0", 9)) Put(&idx, c);
+  Put(&idx, uint64_t{1});
+  Put(&idx, code);
+  Put(&idx, uint64_t(lengths.size()));
+  Put(&idx, uint64_t(doc_index.size()));
+  for (int32_t l : lengths) Put(&idx, l);
+  for (int64_t p : pointers) Put(&idx, p);
+  for (int64_t d : doc_index) Put(&idx, d);
+  WriteBytes(prefix.string() + ".bin", bin);
+  WriteBytes(prefix.string() + ".idx", idx);
+  return bin;
+}
+
+// Documents of one sequence each, token t of document d being a value that
+// names both (d * 1000 + t, d < 60, t < 1000), lengths 1 .. 300.
+std::vector<std::vector<std::vector<int64_t>>> NamedDocs(uint32_t n, uint64_t seed = 1) {
+  std::vector<std::vector<std::vector<int64_t>>> docs;
+  uint64_t x = seed;
+  for (uint32_t d = 0; d < n; ++d) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t len = 1 + uint32_t((x >> 33) % 300);
+    std::vector<int64_t> seq;
+    for (uint32_t t = 0; t < len; ++t) seq.push_back(int64_t(d) * 1000 + t);
+    docs.push_back({seq});
+  }
+  return docs;
+}
+
+std::vector<int64_t> Concatenated(const std::vector<std::vector<std::vector<int64_t>>>& docs) {
+  std::vector<int64_t> all;
+  for (const auto& d : docs)
+    for (const auto& s : d) all.insert(all.end(), s.begin(), s.end());
+  return all;
+}
+
+Result<ImportResult> Import(const fs::path& prefix, const std::string& dst,
+                            uint64_t shard_bytes = 4096) {
+  ImportOptions o;
+  o.writer.shard_bytes = shard_bytes;  // many small shards: windows cross shards
+  const std::string p = prefix.string();
+  return ImportMegatron(std::span(&p, 1), dst, o);
+}
+
+// Every record's field `f`, by global sample id.
+std::vector<std::vector<std::byte>> Records(const std::string& uri, const std::string& field,
+                                            std::vector<int64_t>* ints = nullptr,
+                                            const std::string& int_field = "") {
+  LoaderOptions o;
+  o.shuffle = false;
+  o.batch_size = 64;
+  auto l = Loader::Open(uri, o);
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  std::vector<std::vector<std::byte>> out;
+  if (!l.ok()) return out;
+  while (true) {
+    auto b = (*l)->Next();
+    if (!b.ok()) break;
+    const Batch::RaggedColumn* c = b->ragged(field);
+    EXPECT_NE(c, nullptr);
+    for (size_t i = 0; i < b->size(); ++i) {
+      const auto* p = c->data.data() + i * c->max_rows * c->row_bytes;
+      out.emplace_back(p, p + c->lengths[i] * c->row_bytes);
+      if (ints) ints->push_back(b->int64(int_field)->values[i]);
+    }
+  }
+  return out;
+}
+
+TEST(Megatron, ImportsEverySequenceByteForByte) {
+  TempDir dir;
+  auto docs = NamedDocs(40);
+  const std::vector<std::byte> bin = WriteMegatron(dir.path() / "corpus_text_document", docs);
+  auto r = Import(dir.path() / "corpus_text_document", (dir.path() / "ds").string());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples, 40u);
+  EXPECT_EQ(r->manifest.fields.size(), 1u);  // one sequence a document: no document field
+  EXPECT_EQ(r->manifest.fields[0].Describe(), "'tokens' (array uint16[*])");
+  auto recs = Records((dir.path() / "ds").string(), "tokens");
+  std::vector<std::byte> joined;
+  for (const auto& rec : recs) joined.insert(joined.end(), rec.begin(), rec.end());
+  EXPECT_EQ(joined, bin);  // tokens, in order, byte for byte
+}
+
+TEST(Megatron, KeepsDocumentsOfSeveralSequences) {
+  TempDir dir;
+  // int32 tokens; document 1 has three sequences, document 2 one empty one.
+  std::vector<std::vector<std::vector<int64_t>>> docs = {
+      {{1, 2, 3}}, {{70000, 5}, {6}, {-7, 8, 9}}, {{}}, {{10}}};
+  WriteMegatron(dir.path() / "a", docs, 4);
+  WriteMegatron(dir.path() / "b", {{{11, 12}}, {{13}, {14}}}, 4);
+  ImportOptions o;
+  const std::vector<std::string> paths = {(dir.path() / "a.idx").string(),
+                                          (dir.path() / "b.bin").string()};
+  auto r = ImportMegatron(paths, (dir.path() / "ds").string(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->manifest.fields.size(), 2u);
+  EXPECT_EQ(r->manifest.fields[1].name, "document");
+  std::vector<int64_t> doc_of;
+  auto recs = Records((dir.path() / "ds").string(), "tokens", &doc_of, "document");
+  ASSERT_EQ(recs.size(), 9u);
+  EXPECT_EQ(doc_of, (std::vector<int64_t>{0, 1, 1, 1, 2, 3, 4, 5, 5}));  // b's documents go on
+  int32_t v[3];
+  ASSERT_EQ(recs[3].size(), 12u);
+  std::memcpy(v, recs[3].data(), 12);
+  EXPECT_EQ(v[0], -7);
+  EXPECT_EQ(recs[4].size(), 0u);  // the empty sequence is a record too
+}
+
+// Each way an .idx can be wrong, and what the error says.
+TEST(Megatron, BadIndexNamesFileOffsetAndField) {
+  TempDir dir;
+  const fs::path prefix = dir.path() / "c";
+  WriteMegatron(prefix, NamedDocs(5));
+  const std::string idx_path = prefix.string() + ".idx";
+  const std::vector<std::byte> good = testing::ReadFile(idx_path);
+  struct Case {
+    const char* what;
+    std::function<void(std::vector<std::byte>*)> damage;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {"magic", [](auto* b) { (*b)[2] = std::byte{'X'}; }, {"offset 0", "magic"}},
+      {"version", [](auto* b) { (*b)[9] = std::byte{2}; }, {"offset 9", "version 2"}},
+      {"dtype", [](auto* b) { (*b)[17] = std::byte{9}; }, {"offset 17", "dtype code 9"}},
+      {"dtype int16", [](auto* b) { (*b)[17] = std::byte{3}; }, {"offset 17", "int16"}},
+      {"truncated header", [](auto* b) { b->resize(20); }, {"offset 20", "truncated"}},
+      {"counts", [](auto* b) { (*b)[18] = std::byte{6}; }, {"offset 18", "sequence count 6"}},
+      {"short arrays", [](auto* b) { b->resize(b->size() - 8); }, {"offset 18", "document count"}},
+      {"document index",
+       [](auto* b) { (*b)[b->size() - 8] = std::byte{4}; },
+       {"document index 5 is 4"}},
+      {"pointer",
+       [](auto* b) { (*b)[34 + 4 * 5 + 8 * 4 + 1] = std::byte{0x7f}; },
+       {"sequence 4", "lies outside", ".bin"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::byte> bad = good;
+    c.damage(&bad);
+    WriteBytes(idx_path, bad);
+    auto r = Import(prefix, (dir.path() / ("ds_" + std::to_string(&c - cases.data()))).string());
+    ASSERT_FALSE(r.ok()) << c.what;
+    const std::string msg = r.status().ToString();
+    EXPECT_NE(msg.find(idx_path), std::string::npos) << c.what << ": " << msg;
+    for (const std::string& e : c.expect) {
+      EXPECT_NE(msg.find(e), std::string::npos) << c.what << ": " << msg;
+    }
+  }
+  // The .bin's size against the lengths.
+  WriteBytes(idx_path, good);
+  std::vector<std::byte> bin = testing::ReadFile(prefix.string() + ".bin");
+  bin.push_back(std::byte{0});
+  bin.push_back(std::byte{0});
+  WriteBytes(prefix.string() + ".bin", bin);
+  auto r = Import(prefix, (dir.path() / "ds_bin").string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().ToString().find("add up to"), std::string::npos) << r.status().ToString();
+  // A missing half.
+  fs::remove(prefix.string() + ".bin");
+  r = Import(prefix, (dir.path() / "ds_none").string());
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+}
+
+TEST(JsonlTokens, TokenListsAndOutOfRangeNamesTheLine) {
+  TempDir dir;
+  const fs::path p = dir.path() / "t.jsonl";
+  {
+    std::ofstream f(p);
+    f << "{\"tokens\": [1, 2, 3]}\n{\"tokens\": []}\n{\"tokens\": [65535, 4]}\n";
+  }
+  ImportOptions o;
+  auto spec = format::ParseFieldSpec("tokens", "uint16[*]");
+  ASSERT_TRUE(spec.ok());
+  o.fields = {*spec};
+  const std::string path = p.string();
+  auto r = ImportJsonl(std::span(&path, 1), (dir.path() / "ds").string(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto ds = TokenDataset::Open(
+      OpenStore((dir.path() / "ds").string()).value(),
+      ReadManifest(*OpenStore((dir.path() / "ds").string()).value()).value(), {});
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->documents(), 3u);
+  EXPECT_EQ(std::vector<uint32_t>((*ds)->doc_tokens().begin(), (*ds)->doc_tokens().end()),
+            (std::vector<uint32_t>{3, 0, 2}));
+  {
+    std::ofstream f(p, std::ios::app);
+    f << "{\"tokens\": [70000]}\n";
+  }
+  r = ImportJsonl(std::span(&path, 1), (dir.path() / "ds2").string(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kOutOfRange);
+  EXPECT_NE(r.status().ToString().find(path + ":4"), std::string::npos) << r.status().ToString();
+}
+
+// ---- the window index ----
+
+TEST(TokenWindows, UnshuffledWindowsAreConsecutiveSlices) {
+  const std::vector<uint32_t> lens = {5, 0, 3, 7, 1, 0, 4};  // 20 tokens
+  auto w = TokenWindows::Build(lens, 4, 99, false, 0, 0);
+  EXPECT_EQ(w.size(), 4u);  // floor(19 / 4)
+  std::vector<uint64_t> starts = {0};
+  for (uint32_t l : lens) starts.push_back(starts.back() + l);
+  for (uint64_t k = 0; k < w.size(); ++k) {
+    std::vector<TokenPiece> pieces;
+    w.Pieces(k, &pieces);
+    uint64_t at = k * 4, total = 0;
+    for (const TokenPiece& p : pieces) {
+      EXPECT_GT(p.count, 0u);
+      EXPECT_EQ(starts[p.doc] + p.begin, at) << "window " << k;
+      at += p.count;
+      total += p.count;
+    }
+    EXPECT_EQ(total, 5u);
+  }
+  EXPECT_EQ(TokenWindows::Build(lens, 19, 0, false, 0, 0).size(), 1u);
+  EXPECT_EQ(TokenWindows::Build(lens, 20, 0, false, 0, 0).size(), 0u);
+}
+
+TEST(TokenWindows, ShuffledOrderIsAPureFunctionOfDatasetSeedEpoch) {
+  std::vector<uint32_t> lens(1000);
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = 1 + uint32_t(i * 7919 % 50);
+  auto a = TokenWindows::Build(lens, 16, 5, true, 1, 0);
+  auto b = TokenWindows::Build(lens, 16, 5, true, 1, 0);
+  auto c = TokenWindows::Build(lens, 16, 5, true, 1, 1);
+  auto d = TokenWindows::Build(lens, 16, 6, true, 1, 0);
+  std::vector<uint64_t> da, db, dc, dd;
+  for (uint64_t j = 0; j < lens.size(); ++j) {
+    da.push_back(a.DocAt(j)), db.push_back(b.DocAt(j)), dc.push_back(c.DocAt(j)),
+        dd.push_back(d.DocAt(j));
+  }
+  EXPECT_EQ(da, db);
+  EXPECT_NE(da, dc);
+  EXPECT_NE(da, dd);
+  std::vector<uint64_t> sorted = da;
+  std::sort(sorted.begin(), sorted.end());
+  for (uint64_t j = 0; j < sorted.size(); ++j) ASSERT_EQ(sorted[j], j);  // a permutation
+  // The windows' visiting order: a permutation too, not the identity.
+  std::vector<uint64_t> order;
+  for (uint64_t p = 0; p < a.size(); ++p) order.push_back(a.WindowAt(p));
+  std::vector<uint64_t> ids = order;
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t k = 0; k < ids.size(); ++k) ASSERT_EQ(ids[k], k);
+  EXPECT_NE(order, ids);
+}
+
+// ---- the loader ----
+
+struct Delivered {
+  std::vector<uint64_t> ids;               // window numbers, in delivery order
+  std::vector<std::vector<int64_t>> rows;  // their tokens
+  std::vector<uint64_t> positions;         // their global positions
+  LoaderState last;
+};
+
+// Batches of rank `rank` of `world`, from `start` on, at most `max_batches`.
+Delivered RunWindows(const std::string& uri, LoaderOptions o, uint32_t rank, uint32_t world,
+                     LoaderState start = {}, uint64_t max_batches = ~0ull) {
+  o.rank = rank;
+  o.world_size = world;
+  o.start = start;
+  auto l = Loader::Open(uri, o);
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  Delivered d;
+  if (!l.ok()) return d;
+  for (uint64_t b = 0; b < max_batches; ++b) {
+    auto batch = (*l)->Next();
+    if (!batch.ok()) {
+      EXPECT_EQ(batch.status().code(), Code::kOutOfRange) << batch.status().ToString();
+      break;
+    }
+    const Batch::FixedColumn* t = batch->fixed("tokens");
+    EXPECT_NE(t, nullptr);
+    EXPECT_EQ(t->item_shape, std::vector<int64_t>{int64_t(o.sequence_length) + 1});
+    for (size_t i = 0; i < batch->size(); ++i) {
+      d.ids.push_back(batch->sample_ids()[i]);
+      std::vector<int64_t> row(o.sequence_length + 1);
+      if (t->element == ElementType::kInt64) {
+        std::memcpy(row.data(), t->data.data() + i * t->item_bytes, t->item_bytes);
+      } else {
+        for (size_t j = 0; j < row.size(); ++j) {
+          int32_t v;
+          std::memcpy(&v, t->data.data() + i * t->item_bytes + 4 * j, 4);
+          row[j] = v;
+        }
+      }
+      d.rows.push_back(row);
+      const uint64_t j = b * o.batch_size + i;  // this rank's j-th window since `start`
+      d.positions.push_back(start.position + j * world + rank);
+    }
+    d.last = batch->state_after();
+  }
+  return d;
+}
+
+class TokenLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    docs_ = NamedDocs(57);
+    WriteMegatron(dir_.path() / "m", docs_);
+    auto r = Import(dir_.path() / "m", uri());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_GT(r->manifest.shards.size(), 3u);
+    all_ = Concatenated(docs_);
+  }
+  std::string uri() const { return (dir_.path() / "ds").string(); }
+  LoaderOptions Options(uint32_t L, uint32_t batch, bool shuffle) const {
+    LoaderOptions o;
+    o.sequence_length = L;
+    o.batch_size = batch;
+    o.shuffle = shuffle;
+    o.seed = 7;
+    return o;
+  }
+  TempDir dir_;
+  std::vector<std::vector<std::vector<int64_t>>> docs_;
+  std::vector<int64_t> all_;
+};
+
+// Megatron's sample layout with its document shuffle off: window k is
+// tokens [kL, kL + L + 1) of the documents in dataset order.
+TEST_F(TokenLoaderTest, UnshuffledWindowKIsTokensKLToKLPlusLPlus1) {
+  for (uint32_t L : {1u, 16u, 255u, 1000u}) {
+    Delivered d = RunWindows(uri(), Options(L, 3, false), 0, 1);
+    ASSERT_EQ(d.ids.size(), (all_.size() - 1) / L) << "L " << L;
+    for (size_t i = 0; i < d.ids.size(); ++i) {
+      ASSERT_EQ(d.ids[i], i);
+      const std::vector<int64_t> want(all_.begin() + i * L, all_.begin() + i * L + L + 1);
+      ASSERT_EQ(d.rows[i], want) << "L " << L << " window " << i;
+    }
+  }
+}
+
+TEST_F(TokenLoaderTest, Int32AndPositionsAndDocuments) {
+  LoaderOptions o = Options(64, 4, false);
+  o.sequence_dtype = "int32";
+  o.sequence_positions = true;
+  auto l = Loader::Open(uri(), o);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  auto b = (*l)->Next();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_EQ(b->size(), 4u);
+  const auto* t = b->fixed("tokens");
+  const auto* pos = b->fixed("positions");
+  const auto* doc = b->fixed("documents");
+  ASSERT_TRUE(t && pos && doc);
+  EXPECT_EQ(t->element, ElementType::kInt32);
+  for (size_t i = 0; i < 4; ++i) {
+    int32_t prev_doc = -1, prev_index = -1;
+    for (size_t j = 0; j < 65; ++j) {
+      int32_t tok, p, dd;
+      std::memcpy(&tok, t->data.data() + (i * 65 + j) * 4, 4);
+      std::memcpy(&p, pos->data.data() + (i * 65 + j) * 4, 4);
+      std::memcpy(&dd, doc->data.data() + (i * 65 + j) * 4, 4);
+      EXPECT_EQ(p, tok % 1000);  // token t of a document is d * 1000 + t
+      // The document's index within the window goes up where the document changes.
+      EXPECT_EQ(dd, j == 0 ? 0 : prev_index + (tok / 1000 != prev_doc ? 1 : 0));
+      prev_doc = tok / 1000;
+      prev_index = dd;
+    }
+  }
+}
+
+// With shuffling on: each epoch's windows, over every rank, put together in
+// window order, are the documents in one order (each once, whole) whose
+// tokens run on, plus the one-token overlaps; the order is the same for the
+// same (dataset, seed, epoch) and another for another epoch.
+TEST_F(TokenLoaderTest, ShuffledEpochCoversEveryTokenOnce) {
+  const uint32_t L = 50, world = 3;
+  std::vector<std::vector<uint64_t>> orders;
+  for (uint64_t epoch : {0, 1, 0}) {
+    std::map<uint64_t, std::vector<int64_t>> by_window;
+    for (uint32_t r = 0; r < world; ++r) {
+      Delivered d = RunWindows(uri(), Options(L, 4, true), r, world, LoaderState(epoch, 0));
+      for (size_t i = 0; i < d.ids.size(); ++i) {
+        ASSERT_TRUE(by_window.emplace(d.ids[i], d.rows[i]).second) << "window twice";
+      }
+    }
+    const uint64_t windows = (all_.size() - 1) / L;
+    ASSERT_EQ(by_window.size(), windows / world * world);
+    // The windows a rank count short of a full share (windows % world) are
+    // left out; the first ones form the documents' order, overlapping by one.
+    std::vector<int64_t> stream;
+    uint64_t expect_k = 0;
+    for (const auto& [k, row] : by_window) {
+      if (k != expect_k) break;
+      if (!stream.empty()) {
+        ASSERT_EQ(stream.back(), row[0]) << "overlap of window " << k;
+      }
+      stream.insert(stream.end(), row.begin() + (stream.empty() ? 0 : 1), row.end());
+      ++expect_k;
+    }
+    ASSERT_GT(stream.size(), all_.size() / 2);
+    std::vector<uint64_t> order;
+    std::set<uint64_t> seen;
+    for (size_t i = 0; i < stream.size(); ++i) {
+      const int64_t doc = stream[i] / 1000, t = stream[i] % 1000;
+      if (t == 0) {
+        ASSERT_TRUE(seen.insert(doc).second) << "document " << doc << " twice";
+        if (i > 0) {  // the one before ended whole
+          const int64_t prev = stream[i - 1] / 1000;
+          ASSERT_EQ(stream[i - 1] % 1000 + 1, int64_t(docs_[prev][0].size()));
+        }
+        order.push_back(doc);
+      } else {
+        ASSERT_GT(i, 0u);
+        ASSERT_EQ(stream[i - 1], stream[i] - 1) << "a document's tokens run on";
+      }
+    }
+    orders.push_back(order);
+  }
+  EXPECT_EQ(orders[0], orders[2]);
+  EXPECT_NE(orders[0], orders[1]);
+  std::vector<uint64_t> dataset_order(orders[0].size());
+  for (size_t i = 0; i < dataset_order.size(); ++i) dataset_order[i] = i;
+  EXPECT_NE(orders[0], dataset_order);
+}
+
+// A run saved on 4 ranks resumes on 2 (and on 3) and yields the same global
+// stream as an uninterrupted run on 1.
+TEST_F(TokenLoaderTest, ResumesOnAnotherWorldSize) {
+  const LoaderOptions o = Options(40, 2, true);
+  Delivered whole = RunWindows(uri(), o, 0, 1);
+  std::map<uint64_t, uint64_t> expect;  // position -> window
+  for (size_t i = 0; i < whole.ids.size(); ++i) expect[whole.positions[i]] = whole.ids[i];
+  for (uint32_t after : {2u, 3u}) {
+    std::map<uint64_t, uint64_t> got;
+    LoaderState saved;
+    for (uint32_t r = 0; r < 4; ++r) {
+      Delivered d = RunWindows(uri(), o, r, 4, {}, 3);
+      for (size_t i = 0; i < d.ids.size(); ++i) got[d.positions[i]] = d.ids[i];
+      saved = d.last;
+    }
+    EXPECT_EQ(saved.position, 3u * 2 * 4);
+    EXPECT_EQ(saved.sequence_length, 40u);
+    EXPECT_EQ(saved.world_size, 4u);
+    for (uint32_t r = 0; r < after; ++r) {
+      Delivered d = RunWindows(uri(), o, r, after, saved);
+      for (size_t i = 0; i < d.ids.size(); ++i) {
+        ASSERT_TRUE(got.emplace(d.positions[i], d.ids[i]).second) << "position twice";
+      }
+    }
+    for (const auto& [p, k] : got) {
+      ASSERT_TRUE(expect.count(p)) << p;
+      EXPECT_EQ(expect[p], k) << "position " << p;
+    }
+    EXPECT_GE(got.size() + after, expect.size());
+  }
+}
+
+TEST_F(TokenLoaderTest, BadOptionsAndStatesAreRefused) {
+  LoaderOptions o = Options(16, 2, true);
+  o.sequence_dtype = "float32";
+  auto l = Loader::Open(uri(), o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().ToString().find("sequence_dtype"), std::string::npos);
+  o = Options(16, 2, true);
+  o.decode.field = "tokens";
+  l = Loader::Open(uri(), o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().ToString().find("decode"), std::string::npos);
+  o = Options(16, 2, true);
+  o.sequence_field = "nope";
+  l = Loader::Open(uri(), o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().ToString().find("nope"), std::string::npos);
+  // A state saved with another sequence length.
+  o = Options(16, 2, true);
+  auto opened = Loader::Open(uri(), o);
+  ASSERT_TRUE(opened.ok());
+  LoaderState s = IdentifiedState(0, 4, (*opened)->manifest(), o);
+  s.sequence_length = 32;
+  o.start = s;
+  l = Loader::Open(uri(), o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().ToString().find("sequence_length"), std::string::npos)
+      << l.status().ToString();
+  // A position past the epoch's windows.
+  o = Options(16, 2, true);
+  o.start = LoaderState(0, 1u << 30);
+  l = Loader::Open(uri(), o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().ToString().find("windows"), std::string::npos) << l.status().ToString();
+}
+
+TEST(TokenLoader, NoTokenFieldIsNamed) {
+  TempDir dir;
+  const fs::path p = dir.path() / "t.jsonl";
+  {
+    std::ofstream f(p);
+    f << "{\"text\": \"hello\"}\n";
+  }
+  const std::string path = p.string();
+  ASSERT_TRUE(ImportJsonl(std::span(&path, 1), (dir.path() / "ds").string(), {}).ok());
+  LoaderOptions o;
+  o.sequence_length = 8;
+  auto l = Loader::Open((dir.path() / "ds").string(), o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(l.status().ToString().find("no token field"), std::string::npos);
+}
+
+// Only the windows' documents are read: with verify off, the tokens
+// themselves (each overlap token twice) and the shards' indexes.
+TEST_F(TokenLoaderTest, ReadsOnlyTheWindowsBytes) {
+  LoaderOptions o = Options(32, 4, true);
+  o.sequence_verify = false;
+  auto l = Loader::Open(uri(), o);
+  ASSERT_TRUE(l.ok());
+  const uint64_t index = (*l)->stats().bytes_read;
+  uint64_t windows = 0;
+  while (true) {
+    auto b = (*l)->Next();
+    if (!b.ok()) break;
+    windows += b->size();
+  }
+  const uint64_t read = (*l)->stats().bytes_read - index;
+  EXPECT_EQ(read, windows * 33 * 2);  // uint16 tokens
+  // Verified: the whole records of the documents each window touches (the
+  // record is the token field alone here), never whole shards.
+  o.sequence_verify = true;
+  auto v = Loader::Open(uri(), o);
+  ASSERT_TRUE(v.ok());
+  std::vector<uint32_t> lens;
+  for (const auto& d : docs_) lens.push_back(uint32_t(d[0].size()));
+  const TokenWindows w = TokenWindows::Build(lens, 32, (*v)->manifest().Id64(), true, o.seed, 0);
+  uint64_t expect = 0;
+  while (true) {
+    auto b = (*v)->Next();
+    if (!b.ok()) break;
+    for (uint64_t k : b->sample_ids()) {
+      std::vector<TokenPiece> pieces;
+      w.Pieces(k, &pieces);
+      for (const TokenPiece& p : pieces) expect += 2 * lens[p.doc];
+    }
+  }
+  EXPECT_EQ((*v)->stats().bytes_read - index, expect);
+}
+
+TEST_F(TokenLoaderTest, CorruptRecordIsNamed) {
+  // Flip a byte of the first shard's first record.
+  const fs::path shard = dir_.path() / "ds" / "shards" / "000000.stks";
+  std::vector<std::byte> bytes = testing::ReadFile(shard);
+  bytes[format::kShardHeaderBytes + 1] ^= std::byte{0x40};
+  WriteBytes(shard, bytes);
+  LoaderOptions o = Options(16, 8, false);
+  auto l = Loader::Open(uri(), o);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  auto b = (*l)->Next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kCorruption);
+  EXPECT_NE(b.status().ToString().find("000000.stks"), std::string::npos) << b.status().ToString();
+}
+
+}  // namespace
+}  // namespace stoker
