@@ -144,6 +144,10 @@ class LoaderHandle {
     d["read_retries"] = s.read_retries;
     d["decode_skipped"] = s.decode_skipped;
     d["shared_batches"] = s.shared_batches;
+    d["decoded_hardware"] = s.decoded_hardware;
+    d["decoded_cuda"] = s.decoded_cuda;
+    d["decoded_cpu"] = s.decoded_cpu;
+    d["decode_path"] = s.decode_path;
     d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
     d["peak_buffer_bytes"] = s.peak_buffer_bytes;
     d["h2d_bytes"] = s.h2d_bytes;
@@ -255,6 +259,7 @@ void BindDecode(py::module_& m) {
       .def_readwrite("flip", &DecodeOptions::flip)
       .def_readwrite("normalize", &DecodeOptions::normalize)
       .def_readwrite("skip_corrupt", &DecodeOptions::skip_corrupt)
+      .def_readwrite("device", &DecodeOptions::device)
       .def("validate", [](const DecodeOptions& o) { Check(ValidateDecodeOptions(o)); });
   EnumProperty(c, "crop", &DecodeOptions::crop);  // CropMode's values
   EnumProperty(c, "dtype", &DecodeOptions::dtype);

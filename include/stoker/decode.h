@@ -89,6 +89,21 @@ struct DecodeOptions {
   // scaled ones by a few grey levels: the IDCT's downscaling is not the
   // bilinear filter's.
   DecodeExtent extent = DecodeExtent::kCropScaled;
+  // Where JPEGs are decoded: "" or "cpu" in the loader's workers
+  // (libjpeg-turbo); "cuda:N" on GPU N, with batches delivered there (the
+  // loader's device defaults to it; another one is InvalidArgument). On the
+  // GPU each image is routed by its header alone: nvJPEG's hardware engines
+  // for baseline 4:4:4/4:2:2/4:2:0/4:4:0/grey JPEGs, nvJPEG on CUDA for the
+  // others it takes (progressive, 4:1:1, or a GPU without engines), the
+  // workers' libjpeg-turbo for the rest (CMYK, 12-bit, arithmetic) and for
+  // any image nvJPEG fails on, so a batch never fails for the GPU's sake. The
+  // crop and flip are drawn on the host as on the CPU path; the GPU resizes
+  // with torchvision's antialias=True filter, so its pixels differ from the
+  // CPU path's by about a grey level (docs/benchmarks.md). nvJPEG is loaded
+  // at run time (libnvjpeg.so.13, then .12; STOKER_NVJPEG_PATH); without it,
+  // or without a GPU, the loader says so once on stderr and decodes on the
+  // CPU (LoaderStats::decode_path says which path ran). Default: "".
+  std::string device;
 };
 
 // InvalidArgument naming the parameter when `o` is out of range (sizes,

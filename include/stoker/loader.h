@@ -178,8 +178,10 @@ struct LoaderOptions {
   // Device memory for batches on the GPU: the loader's copies in flight and
   // ready, plus the batches the consumer still holds. When the consumer holds
   // all of it, the next copy waits for a release (Next() fails with NoSpace
-  // once it is clear that none will come). Default: 0 = room for
-  // prefetch_batches + 4 batches of the largest possible size.
+  // once it is clear that none will come). With the GPU decode
+  // (DecodeOptions::device) a quarter of it goes to nvJPEG and the decoded
+  // windows. Default: 0 = room for prefetch_batches + 4 batches of the
+  // largest possible size (and the GPU decode's 128 MiB or more on top).
   uint64_t device_memory_budget = 0;
   StoreOptions store;
   // The node cache (cache.h): a folder on the node's local disk shared by
@@ -251,6 +253,13 @@ struct LoaderStats {
   uint64_t decode_skipped = 0;
   // Batches built by more than one worker: how well the work spreads.
   uint64_t shared_batches = 0;
+  // Images decoded by each backend (DecodeOptions::device), counted when
+  // decoded: nvJPEG's hardware engines, nvJPEG on CUDA, libjpeg-turbo in
+  // the workers (every image without the GPU decode). And which path runs:
+  // "cpu", "cuda:0: nvJPEG 13.0.1 (...): hardware backend, ..." or "cpu
+  // (decode device cuda:0: no nvJPEG (tried ...))"; empty without decode.
+  uint64_t decoded_hardware = 0, decoded_cuda = 0, decoded_cpu = 0;
+  std::string decode_path;
   // Time Next() spent blocked waiting for a batch (the consumer's data wait).
   std::chrono::nanoseconds wait_time{0};
   // Peak bytes held in shard and batch buffers.

@@ -172,7 +172,7 @@ def _seconds(name, value, allow_zero=False):
 
 
 _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "flip", "normalize",
-                "dtype", "layout", "skip_corrupt")
+                "dtype", "layout", "skip_corrupt", "device")
 _CROPS = {"resize": 0, "center": 1, "random_resized": 2}
 _DTYPES = {"uint8": 0, "float32": 1, "float16": 2}
 _LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -278,6 +278,9 @@ def _decode_options(decode):
         o.layout = _decode_choice("layout", decode["layout"], _LAYOUTS, str.upper)
     if "skip_corrupt" in decode:
         o.skip_corrupt = _bool("decode['skip_corrupt']", decode["skip_corrupt"])
+    if decode.get("device") is not None:
+        # "cuda:N": nvJPEG on that GPU (DecodeOptions::device); checked in C++.
+        o.device = str(decode["device"])
     o.validate()  # ranges: stoker.InvalidArgumentError (a ValueError) naming the parameter
     return field, height, width, o
 
@@ -408,14 +411,18 @@ class Loader:
         "random_resized", "scale": (0.08, 1.0), "ratio": (3/4, 4/3),
         "resize_shorter": S, "flip": p, "normalize": (mean, std) | True,
         "dtype": "uint8" | "float32" | "float16", "layout": "NHWC" | "NCHW",
-        "skip_corrupt": False}``: torchvision's Resize((H, W)), Resize(S) +
+        "skip_corrupt": False, "device": None}``: torchvision's Resize((H, W)), Resize(S) +
         CenterCrop (S defaults to max(H, W) * 256 / 224) or RandomResizedCrop(scale,
         ratio), then RandomHorizontalFlip(p), then ToTensor + Normalize
         (normalize=True is ImageNet's; normalize makes dtype float32 unless
         given). Random choices come from (seed, epoch, sample id): a resumed
         run sees the same crops and flips. skip_corrupt=True zero-fills an
         undecodable image and counts it (``stats()["decode_skipped"]``)
-        instead of raising CorruptionError.
+        instead of raising CorruptionError. device="cuda:N" decodes on that
+        GPU (nvJPEG's hardware engines, then CUDA, libjpeg-turbo for the
+        rest; batches are delivered there); without nvJPEG it says so once
+        and decodes on the CPU. stats() tells decoded_hardware, decoded_cuda,
+        decoded_cpu and decode_path.
         Each key defaults to the value shown (crop "resize", flip 0, no
         normalize, uint8, NHWC).
       fields: the fields to deliver (default: all).

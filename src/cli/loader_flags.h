@@ -52,6 +52,9 @@ struct LoaderFlags {
         ->check(CLI::NonNegativeNumber);
     cmd->add_flag("--decode", decode, "Decode the 'image' field as JPEG and resize");
     cmd->add_option("--decode-size", decode_size, "HxW of decoded images")->capture_default_str();
+    cmd->add_option("--decode-device", options.decode.device,
+                    "Decode JPEGs on this GPU (cuda:N, nvJPEG), the CPU taking what it does not; "
+                    "implies --decode");
     cmd->add_option("--cache", options.cache_dir,
                     "Node cache folder on local disk, shared by the node's ranks and jobs");
     cmd->add_option("--cache-gib", cache_gib,
@@ -88,7 +91,8 @@ struct LoaderFlags {
     options.store.keep_mapped_bytes =
         keep_mapped_mib > 0 ? std::max<uint64_t>(1, uint64_t(keep_mapped_mib * (1 << 20))) : 0;
     const bool augment = !crop.empty() || !scale.empty() || !ratio.empty() || !normalize.empty() ||
-                         !dtype.empty() || !layout.empty() || flip != 0 || skip_corrupt;
+                         !dtype.empty() || !layout.empty() || flip != 0 || skip_corrupt ||
+                         !options.decode.device.empty();
     if (decode || augment) {
       options.decode.field = "image";
       unsigned h = 0, w = 0;

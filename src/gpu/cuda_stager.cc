@@ -345,7 +345,8 @@ class StagerImpl final : public Stager {
 
   Result<std::shared_ptr<DeviceBatch>> Copy(std::span<const std::byte> host,
                                             std::shared_ptr<const void> keep_alive,
-                                            const std::function<bool()>& cancelled) override {
+                                            const std::function<bool()>& cancelled,
+                                            const AfterCopy& then) override {
     const int device = core_->device();
     STOKER_RETURN_IF_ERROR(core_->sticky());
     STOKER_RETURN_IF_ERROR(CudaStatus(device, "cudaSetDevice", cudaSetDevice(device)));
@@ -364,8 +365,14 @@ class StagerImpl final : public Stager {
           device, call,
           cudaMemcpyAsync(shared->ptr, host.data(), host.size(), cudaMemcpyHostToDevice, s)));
     }
+    // The work `then` queues reads the host buffer too (and the copy is in
+    // flight): even when it fails, the buffer is held until `done`.
+    const Status after = then ? then(reinterpret_cast<CudaStreamHandle>(s),
+                                     static_cast<std::byte*>(shared->ptr))
+                              : Status::Ok();
     STOKER_RETURN_IF_ERROR(CudaStatus(device, "cudaEventRecord", cudaEventRecord(shared->done, s)));
     core_->Track({shared, std::move(keep_alive)}, host.size());
+    STOKER_RETURN_IF_ERROR(after);
     return std::shared_ptr<DeviceBatch>(
         std::make_shared<DeviceBatchImpl>(std::move(shared), device, host.size()));
   }

@@ -63,9 +63,14 @@ class Stager {
   // the budget is held by live batches, polling `cancelled` (Cancelled when
   // it returns true). NoSpace when one copy is larger than the budget or the
   // device is out of memory.
+  // `then`, when given, queues more work on the stager's stream after the
+  // copy and before the batch counts as landed (the GPU decode writes its
+  // images into the block there); its error fails the copy.
+  using AfterCopy = std::function<Status(CudaStreamHandle stream, std::byte* device)>;
   virtual Result<std::shared_ptr<DeviceBatch>> Copy(std::span<const std::byte> host,
                                                     std::shared_ptr<const void> keep_alive,
-                                                    const std::function<bool()>& cancelled) = 0;
+                                                    const std::function<bool()>& cancelled,
+                                                    const AfterCopy& then = {}) = 0;
 
   // Waits for every copy issued so far and releases their host buffers;
   // returns the first asynchronous error a copy reported, if any.

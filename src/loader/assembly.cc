@@ -168,6 +168,15 @@ std::shared_ptr<Assembly::Job> Assembly::Open(uint64_t b) {
   const LoaderState after{plan_.epoch(), plan_.PositionAfter(b + 1)};
   job->layout = BatchBuilder::Layout(*config_.pool, *config_.columns, config_.options->decode,
                                      job->samples, plan_.epoch(), b + config_.batch_offset, after);
+  if (config_.gpu_decode != nullptr) {
+    // The image column's slots; the workers leave the GPU's images there.
+    for (size_t c = 0; c < config_.columns->size(); ++c) {
+      if (!(*config_.columns)[c].decode) continue;
+      job->layout.gpu = std::make_shared<GpuDecodeList>(
+          &config_.options->decode, config_.gpu_decode->caps(), size_t(count),
+          job->layout.column_offset[c], job->layout.image_bytes);
+    }
+  }
   job->chunk_size = ChunkSize(count);
   job->chunks = uint32_t((count + job->chunk_size - 1) / job->chunk_size);
   job->chunks_left = job->chunks;
@@ -232,6 +241,7 @@ void Assembly::FillChunk(Job& job, uint32_t chunk, DecodeScratch* scratch, uint3
                                  begin, end, scratch, &counts);
   job.workers.fetch_or(uint64_t{1} << (worker % 64), std::memory_order_relaxed);
   if (tl_record_bytes) LoaderCounters::Add(config_.counters->bytes_read, tl_record_bytes);
+  if (counts.decoded) LoaderCounters::Add(config_.counters->decoded_cpu, counts.decoded);
   if (counts.decode_skipped) {
     job.corrupt_skipped.fetch_add(counts.decode_skipped, std::memory_order_relaxed);
   }

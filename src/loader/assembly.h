@@ -29,6 +29,7 @@
 
 #include "loader/batch_builder.h"
 #include "loader/counters.h"
+#include "loader/gpu_decode.h"
 #include "loader/ordered_queue.h"
 #include "loader/schedule.h"
 #include "loader/shard_source.h"
@@ -45,6 +46,9 @@ struct AssemblyConfig {
   bool sample_reads = false;
   std::shared_ptr<BufferPool> pool;
   LoaderCounters* counters = nullptr;
+  // The GPU decode (loader/gpu_decode.h), when it runs: the workers leave
+  // the images it takes in each batch's GpuDecodeList.
+  const GpuDecode* gpu_decode = nullptr;
   uint32_t threads = 1;
   uint32_t window = 1;        // batches built and not yet consumed, at most
   uint64_t batch_offset = 0;  // Batch::index of the plan's batch 0

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/stream_copy.h"
+#include "loader/gpu_decode.h"
 #include "stoker/gpu.h"
 
 namespace stoker {
@@ -128,8 +129,13 @@ Status DecodeInto(const BatchLayout& l, const ColumnSpec& col, size_t c,
                   const DecodeOptions& decode, const BatchSamples& s, size_t i,
                   std::span<const std::byte> encoded, DecodeScratch* scratch, FillCounts* counts) {
   std::byte* out = l.base + l.column_offset[c] + i * l.image_bytes;
-  Status st = DecodeSample(decode, encoded, {s.seed, l.batch.epoch(), s.sample_ids[i]},
-                           {out, l.image_bytes}, scratch);
+  const SampleKey key{s.seed, l.batch.epoch(), s.sample_ids[i]};
+  if (l.gpu &&
+      l.gpu->Take(i, encoded, key, [&] { return s.describe(i) + ": field '" + col.name + "'"; })) {
+    return Status::Ok();  // the device stage decodes it
+  }
+  Status st = DecodeSample(decode, encoded, key, {out, l.image_bytes}, scratch);
+  counts->decoded++;
   if (st.ok()) return st;
   if (decode.skip_corrupt && st.code() == Code::kCorruption) {
     std::memset(out, 0, l.image_bytes);
@@ -366,6 +372,7 @@ Batch BatchBuilder::Finish(BatchLayout l, const std::vector<ColumnSpec>& columns
   Batch b = std::move(l.batch);
   const size_t n = l.count;
   std::byte* base = b.memory_->data();
+  b.memory_->set_gpu_decode(l.gpu && l.gpu->taken() ? std::move(l.gpu) : nullptr);
   for (size_t c = 0; c < columns.size(); ++c) {
     const ColumnSpec& col = columns[c];
     std::byte* at = base + l.column_offset[c];

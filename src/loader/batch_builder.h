@@ -103,11 +103,15 @@ struct BatchLayout {
   std::vector<uint64_t> max_rows;
   uint64_t image_bytes = 0;                  // one decoded sample
   size_t count = 0;
+  // The GPU decode (loader/gpu_decode.h): the images left for the GPU;
+  // null when the workers decode everything.
+  std::shared_ptr<GpuDecodeList> gpu;
 };
 
 // What filling a range of samples counted.
 struct FillCounts {
   uint64_t decode_skipped = 0;  // corrupt images zero-filled (DecodeOptions::skip_corrupt)
+  uint64_t decoded = 0;         // images decoded here (not left for the GPU)
 };
 
 class BatchBuilder {

@@ -24,6 +24,7 @@ inline constexpr size_t kColumnAlignment = 64;
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 class BufferPool;
+class GpuDecodeList;  // loader/gpu_decode.h
 
 // One aligned block. Owned by a shared_ptr whose deleter returns it to the pool.
 class BatchMemory {
@@ -43,9 +44,14 @@ class BatchMemory {
   // (unpinned) before the memory is freed. Used by one holder at a time.
   void set_pin(std::shared_ptr<void> pin) { pin_ = std::move(pin); }
   bool pinned() const { return pin_ != nullptr; }
+  // The GPU decode: the images of the batch in this block that the device
+  // stage decodes (null for none). Set by its builder, one batch at a time.
+  void set_gpu_decode(std::shared_ptr<GpuDecodeList> l) { gpu_decode_ = std::move(l); }
+  const std::shared_ptr<GpuDecodeList>& gpu_decode() const { return gpu_decode_; }
 
  private:
   std::shared_ptr<void> pin_;
+  std::shared_ptr<GpuDecodeList> gpu_decode_;
   internal::AlignedPtr memory_;  // what data_ points into
   std::byte* data_ = nullptr;
   size_t capacity_ = 0;

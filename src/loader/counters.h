@@ -16,6 +16,11 @@ struct LoaderCounters {
   std::atomic<uint64_t> wait_ns{0};
   std::atomic<uint64_t> decode_skipped{0};
   std::atomic<uint64_t> shared_batches{0};
+  // Images decoded by each backend (DecodeOptions::device), counted when
+  // decoded.
+  std::atomic<uint64_t> decoded_hardware{0};
+  std::atomic<uint64_t> decoded_cuda{0};
+  std::atomic<uint64_t> decoded_cpu{0};
 
   static void Add(std::atomic<uint64_t>& c, uint64_t n) {
     c.fetch_add(n, std::memory_order_relaxed);

@@ -27,6 +27,7 @@
 
 #include "loader/augment.h"
 #include "loader/resize.h"
+#include "stoker/gpu.h"
 #include "stoker/loader.h"
 
 #ifdef STOKER_HAVE_TURBOJPEG
@@ -82,6 +83,9 @@ std::string Range(float a, float b) { return "(" + Num(a) + ", " + Num(b) + ")";
 
 Status ValidateDecodeOptions(const DecodeOptions& o) {
   if (o.field.empty()) return Status::Ok();
+  if (Status st = ParseDevice(o.device).status(); !st.ok()) {
+    return InvalidArgument("decode device: " + st.message());
+  }
   const std::string size = std::to_string(o.height) + "x" + std::to_string(o.width);
   if (o.height == 0 || o.width == 0 || o.height > kMaxSide || o.width > kMaxSide) {
     return InvalidArgument("decode size " + size + ": height and width must be between 1 and " +

@@ -30,7 +30,14 @@ Result<Batch> DeviceStage::ToDevice(Batch batch) {
     if (!pin.ok()) return pin.status().WithContext(what);
     mem->set_pin(std::move(pin).value());
   }
-  auto copy = stager_.Copy({mem->data(), mem->size()}, mem, [this] { return stop_.load(); });
+  gpu::Stager::AfterCopy decode;
+  if (gpu_decode_ != nullptr && mem->gpu_decode() != nullptr) {
+    decode = [this, &mem](CudaStreamHandle stream, std::byte* device) {
+      return gpu_decode_->Run(*mem->gpu_decode(), mem->data(), stream, device, counters_);
+    };
+  }
+  auto copy =
+      stager_.Copy({mem->data(), mem->size()}, mem, [this] { return stop_.load(); }, decode);
   if (!copy.ok()) return copy.status().WithContext(what);
   BatchBuilder::AttachDevice(batch, std::move(copy).value());
   return batch;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gpu/stager.h"
+#include "loader/gpu_decode.h"
 #include "loader/ordered_queue.h"
 #include "stoker/loader.h"
 
@@ -19,9 +20,14 @@ namespace stoker {
 
 class DeviceStage final {
  public:
+  // `gpu_decode` (may be null): decodes the images each batch left for the
+  // GPU, after its copy, on the stager's stream; it counts into `counters`.
   DeviceStage(gpu::Stager& stager, int device, OrderedQueue<Result<Batch>>& built,
-              uint64_t num_batches, uint32_t capacity)
+              uint64_t num_batches, uint32_t capacity, GpuDecode* gpu_decode = nullptr,
+              LoaderCounters* counters = nullptr)
       : stager_(stager),
+        gpu_decode_(gpu_decode),
+        counters_(counters),
         device_(device),
         built_(built),
         num_batches_(num_batches),
@@ -46,6 +52,8 @@ class DeviceStage final {
   Result<Batch> ToDevice(Batch batch);
 
   gpu::Stager& stager_;
+  GpuDecode* const gpu_decode_;
+  LoaderCounters* const counters_;
   const int device_;
   OrderedQueue<Result<Batch>>& built_;
   const uint64_t num_batches_;

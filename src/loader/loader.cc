@@ -22,6 +22,7 @@
 #include "loader/batch_memory.h"
 #include "loader/counters.h"
 #include "loader/device_stage.h"
+#include "loader/gpu_decode.h"
 #include "loader/memory_plan.h"
 #include "loader/schedule.h"
 #include "loader/shard_source.h"
@@ -79,6 +80,8 @@ class LoaderImpl final : public Loader {
   ~LoaderImpl() override { epoch_.reset(); }
 
   Status Init();
+  // Before Init: why the decode device cannot decode (DeliveryDevice).
+  void set_decode_path(std::string p) { decode_path_ = std::move(p); }
   const Manifest& manifest() const override { return manifest_; }
   const LoaderOptions& options() const override { return options_; }
   Status StartEpoch(uint64_t epoch, uint64_t position) override;
@@ -125,6 +128,10 @@ class LoaderImpl final : public Loader {
   std::shared_ptr<BufferPool> batch_pool_;
   // Device delivery; outlives every epoch.
   std::unique_ptr<gpu::Stager> stager_;
+  // The GPU decode (DecodeOptions::device), null when the workers decode
+  // everything; decode_path_ says which ran, for stats().
+  std::unique_ptr<GpuDecode> gpu_decode_;
+  std::string decode_path_;
   std::unique_ptr<Epoch> epoch_;
   LoaderState last_state_;
 };
@@ -208,8 +215,20 @@ Status LoaderImpl::Init() {
       so.memory_budget = std::max<uint64_t>(
           64ull << 20, (options_.prefetch_batches + 4) * (batch_bytes + batch_bytes / 8 + 65536));
     }
+    const Result<int> decode_device = ParseDevice(options_.decode.device);
+    if (!options_.decode.field.empty() && decode_device.ok() && *decode_device >= 0) {
+      // The GPU decode's share (nvJPEG's buffers and a batch's decoded
+      // windows): a quarter of a budget that was set, taken from it; by
+      // default a quarter of the batches' room (at least 128 MiB) on top.
+      const bool set = options_.device_memory_budget != 0;
+      const uint64_t decode_budget =
+          set ? so.memory_budget / 4 : std::max<uint64_t>(128ull << 20, so.memory_budget / 4);
+      gpu_decode_ = GpuDecode::Open(device_, options_.decode, decode_budget, &decode_path_);
+      if (gpu_decode_ && set) so.memory_budget -= decode_budget;
+    }
     STOKER_ASSIGN_OR_RETURN(stager_, gpu::Stager::Open(so));
   }
+  if (decode_path_.empty() && !options_.decode.field.empty()) decode_path_ = "cpu";
   STOKER_RETURN_IF_ERROR(
       CheckResumeState(options_.start, manifest_, options_).WithContext(store_->uri()));
   return StartEpoch(options_.start.epoch, options_.start.position);
@@ -284,13 +303,14 @@ void LoaderImpl::StartStages(Epoch& e) {
   ac.sample_reads = sample_reads_;
   ac.pool = batch_pool_;
   ac.counters = counters_.get();
+  ac.gpu_decode = gpu_decode_.get();
   ac.threads = threads_;
   ac.window = window;
   ac.batch_offset = BatchOffset(e);
   e.assembly = std::make_unique<Assembly>(std::move(ac), e.plan, e.schedule, *e.source, *e.built);
   if (stager_) {
-    e.device =
-        std::make_unique<DeviceStage>(*stager_, device_, *e.built, e.plan.num_batches(), window);
+    e.device = std::make_unique<DeviceStage>(*stager_, device_, *e.built, e.plan.num_batches(),
+                                             window, gpu_decode_.get(), counters_.get());
   }
   e.source->Start();
   e.assembly->Start();
@@ -366,6 +386,14 @@ LoaderStats LoaderImpl::stats() const {
     s.peak_device_bytes = g.peak_device_bytes;
     s.pinned_bytes = g.pinned_bytes;
   }
+  if (gpu_decode_) {
+    s.device_bytes += gpu_decode_->device_bytes();
+    s.peak_device_bytes += gpu_decode_->peak_device_bytes();
+  }
+  s.decoded_hardware = get(c.decoded_hardware);
+  s.decoded_cuda = get(c.decoded_cuda);
+  s.decoded_cpu = get(c.decoded_cpu);
+  s.decode_path = decode_path_;
   return s;
 }
 
@@ -493,10 +521,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
                            " cannot be mapped (a local folder or the node cache can): use "
                            "read_unit sample or shard");
   }
-  STOKER_ASSIGN_OR_RETURN(const int device, ParseDevice(options.device));
+  std::string decode_unavailable;  // the decode device's reason for the CPU path
+  STOKER_ASSIGN_OR_RETURN(const int device, DeliveryDevice(options, &decode_unavailable));
   auto impl =
       std::make_unique<LoaderImpl>(std::move(counters), std::move(store), std::move(manifest),
                                    options, std::move(columns), std::move(fields), device);
+  impl->set_decode_path(std::move(decode_unavailable));
   STOKER_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Loader>(std::move(impl));
 }
