@@ -151,7 +151,6 @@ struct ExportResult {
 Result<ExportResult> ExportWebDataset(std::string_view src_uri, const std::string& out_dir,
                                       const ExportOptions& options);
 
-}  // namespace stoker
 // ---- Megatron-LM indexed datasets (.bin + .idx) ----
 //
 // The .idx layout (megatron/core/datasets/indexed_dataset.py), little-endian:
@@ -208,3 +207,4 @@ bool LooksLikeMegatron(std::span<const std::string> paths);
 Result<ImportResult> ImportMegatron(std::span<const std::string> paths, std::string_view dst_uri,
                                     const ImportOptions& options);
 
+}  // namespace stoker

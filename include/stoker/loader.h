@@ -205,8 +205,6 @@ struct LoaderOptions {
   // When the cache folder is unusable, read uncached (saying so once on
   // stderr) rather than failing Open. Default: off.
   bool cache_fallback = false;
-};
-
   // Token windows (tokens.h; docs/architecture.md "Token windows"): > 0
   // delivers, instead of records, windows of sequence_length + 1 tokens that
   // run across document boundaries, batch_size of them a batch, as one
@@ -235,6 +233,8 @@ struct LoaderOptions {
   // bytes (off; a record is then checked only when a window holds all of
   // it). TokenDatasetOptions::verify. Default: on.
   bool sequence_verify = true;
+};
+
 // Records of at least this many bytes on average are read one by one under
 // read_unit "auto" (see LoaderOptions::read_unit): a system call per sample
 // is then a few per cent of the copy it saves.

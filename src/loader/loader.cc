@@ -26,8 +26,8 @@
 #include "loader/memory_plan.h"
 #include "loader/schedule.h"
 #include "loader/shard_source.h"
-#include "stoker/cache.h"
 #include "loader/token_loader.h"
+#include "stoker/cache.h"
 #include "stoker/gpu.h"
 #include "stoker/plan.h"
 #include "stoker/retrying_store.h"
@@ -472,6 +472,9 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
     store = std::make_shared<RetryingStore>(std::move(store), ro);
   }
   STOKER_ASSIGN_OR_RETURN(format::Manifest manifest, ReadManifest(*store));
+  if (options.sequence_length > 0) {  // token windows (token_loader.h)
+    return OpenTokenLoader(std::move(store), std::move(manifest), options, std::move(counters));
+  }
   if (!options.cache_dir.empty()) {  // the node cache, in front of the retries
     CacheOptions co;
     co.dir = options.cache_dir;
@@ -500,9 +503,6 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
     ColumnSpec c = ColumnSpecFor(manifest.fields[f], name == options.decode.field,
                                  options.ragged == "padded");
     if (c.decode) {
-  if (options.sequence_length > 0) {  // token windows (token_loader.h)
-    return OpenTokenLoader(std::move(store), std::move(manifest), options, std::move(counters));
-  }
       if (c.type != format::FieldType::kBytes) {
         return InvalidArgument("decode field '" + name + "' is not a bytes field");
       }
