@@ -38,5 +38,6 @@ void BindLoader(py::module_& m);       // loader_binding.cc: _Loader, decode, pa
 void BindCheckpoints(py::module_& m);  // ckpt_binding.cc: _Checkpointer, saved states
 void RegisterMetrics(py::module_& m);  // metrics_binding.cc
 void BindWriter(py::module_& m);       // writer_binding.cc: _Writer, commit_parts
+void BindImport(py::module_& m);       // import_binding.cc: import_webdataset, import_jsonl, export_webdataset
 
 }  // namespace stoker::python

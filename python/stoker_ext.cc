@@ -185,6 +185,7 @@ PYBIND11_MODULE(_stoker, m) {
 
   BindCheckpoints(m);
   BindWriter(m);
+  BindImport(m);
   RegisterMetrics(m);
 
   // ---- rank discovery (rank.h; stoker.distributed_env) ----

@@ -487,5 +487,49 @@ TEST(ImportJsonl, BadLinesAreNamedByFileAndLine) {
   ExpectNames(r.status(), {badkey.string() + ":1", "'a b'", "--field"});
 }
 
+// Cancelled (a Python progress callback that raised, Ctrl-C): the import
+// stops where it is asked, commits nothing, and a re-run goes through.
+TEST(ImportWebDataset, CancelledCommitsNothing) {
+  TempDir d;
+  // 3 tars of ~8 MiB each: progress (and the question) about every 16 MiB.
+  std::vector<std::string> tars;
+  fs::create_directories(d.path() / "wds");
+  for (uint32_t t = 0; t < 3; ++t) {
+    std::vector<Member> members;
+    for (uint32_t i = 0; i < 64; ++i) {
+      members.push_back({Key(t * 64 + i) + ".bin", RandomBytes(128 << 10, t * 64 + i)});
+    }
+    tars.push_back((d.path() / "wds" / (std::to_string(t) + ".tar")).string());
+    WriteTar(tars.back(), members);
+  }
+  const std::string ds = (d.path() / "ds").string();
+  ImportOptions o;
+  o.writer.shard_bytes = 1 << 20;
+  int asked = 0;
+  o.cancelled = [&] { return ++asked == 2; };
+  auto r = ImportWebDataset(tars, ds, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCancelled) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("nothing was committed"), std::string::npos);
+  EXPECT_EQ(asked, 2);
+  EXPECT_FALSE(fs::exists(fs::path(ds) / "manifest.stoker"));
+  o.cancelled = nullptr;
+  auto again = ImportWebDataset(tars, ds, o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->samples, 3u * 64);
+
+  // The exporter stops after a shard: the tars finished stay, none half.
+  ExportOptions e;
+  e.samples_per_tar = 16;
+  e.cancelled = [] { return true; };
+  const std::string out = (d.path() / "out").string();
+  auto x = ExportWebDataset(ds, out, e);
+  ASSERT_FALSE(x.ok());
+  EXPECT_EQ(x.status().code(), Code::kCancelled) << x.status().ToString();
+  for (const auto& f : fs::directory_iterator(out)) {
+    EXPECT_EQ(f.path().extension(), ".tar") << f.path();  // no .tmp left visible as a tar
+  }
+}
+
 }  // namespace
 }  // namespace stoker

@@ -319,5 +319,59 @@ TEST(DatasetWriter, PartsWrittenInParallelAndCommittedOnce) {
   EXPECT_NE(bad.status().message().find("part 1"), std::string::npos) << bad.status().ToString();
 }
 
+// A rank that got no input closes an empty part; the commit leaves it out
+// and the dataset reads as the other parts' records. All parts empty:
+// no dataset.
+TEST(DatasetWriter, EmptyPartsCommitWithTheOthers) {
+  TempDir d;
+  const std::string uri = (d.path() / "ds").string();
+  WriterOptions o;
+  o.shard_bytes = 32 << 10;
+  constexpr uint64_t kPer = 100;
+  for (uint32_t p = 0; p < 4; ++p) {
+    auto w = DatasetWriter::CreatePart(uri, p, Schema(), o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    if (p == 1 || p == 3) {  // parts 0 and 2 hold records; 1 (inside) and 3 (last) none
+      auto m = (*w)->Close();
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      EXPECT_EQ(m->sample_count, 0u);
+      EXPECT_EQ(m->shards.size(), 0u);
+      continue;
+    }
+    const uint64_t first = p == 0 ? 0 : kPer;  // the records in dataset order
+    for (uint64_t i = 0; i < kPer; ++i) ASSERT_TRUE((*w)->Write(MakeRec(first + i).values).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  auto m = CommitParts(uri, 4);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sample_count, 2 * kPer);
+  ASSERT_EQ(m->shards.parts().size(), 2u);
+  EXPECT_EQ(m->shards.parts()[1].prefix, "parts/000002");
+  // The shard after part 0's last is part 2's first.
+  uint32_t first_of_2 = m->shards.parts()[0].shards;
+  EXPECT_EQ(m->shards.key(first_of_2), "parts/000002/shards/000000.stks");
+  EXPECT_EQ(m->shards.key(m->shards.size() - 1).rfind("parts/000002/", 0), 0u);
+  ExpectRecords(uri, 2 * kPer);
+
+  // Every part empty: refused, and nothing committed.
+  TempDir e;
+  const std::string none = (e.path() / "ds").string();
+  for (uint32_t p = 0; p < 2; ++p) {
+    auto w = DatasetWriter::CreatePart(none, p, Schema(), o);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  auto bad = CommitParts(none, 2);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("none of its 2 parts"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_FALSE(fs::exists(e.path() / "ds" / "manifest.stoker"));
+  // A whole dataset (not a part) with no record is still refused.
+  TempDir f;
+  auto whole = DatasetWriter::Create((f.path() / "ds").string(), Schema(), o);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ((*whole)->Close().status().code(), Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace stoker

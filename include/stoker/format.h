@@ -424,6 +424,12 @@ struct FieldValue {
 class ShardBuilder {
  public:
   ShardBuilder(std::vector<FieldSpec> fields, DatasetId dataset_id, uint32_t shard_number);
+  // The same, building into `buffer` (a finished shard's, handed back for
+  // its memory: its contents are dropped, its capacity kept) with room
+  // reserved for a shard of `expected_bytes`, so that a writer's shards
+  // reuse a few buffers instead of growing and faulting in new ones.
+  ShardBuilder(std::vector<FieldSpec> fields, DatasetId dataset_id, uint32_t shard_number,
+               std::vector<std::byte> buffer, uint64_t expected_bytes);
 
   // Size in bytes of the finished shard if `values` were added now
   // (aligned; header, records and index included).

@@ -59,6 +59,10 @@ struct ImportOptions {
   WriterOptions writer;
   // Called from the calling thread, about every 16 MiB read and at the end.
   std::function<void(const ImportProgress&)> progress;
+  // Asked from the calling thread about every 16 MiB read (after progress):
+  // true stops the import with Cancelled naming what was read; nothing is
+  // committed (the writer is dropped, as by a kill). Default: none.
+  std::function<bool()> cancelled;
 };
 
 struct ImportResult {
@@ -127,6 +131,9 @@ struct ExportOptions {
   uint64_t samples_per_tar = 10000;
   // Called from the calling thread after each shard and at the end.
   std::function<void(const ExportProgress&)> progress;
+  // Asked after each shard: true stops the export with Cancelled; the tars
+  // finished so far stay, the one being written is not renamed into place.
+  std::function<bool()> cancelled;
   StoreOptions store;
 };
 

@@ -75,7 +75,9 @@ class DatasetWriter {
                                                        std::vector<format::FieldSpec> fields,
                                                        const WriterOptions& options);
   // Part `part` of a dataset written in parts: a dataset of its own under
-  // DST_URI/parts/NNNNNN (see the header comment).
+  // DST_URI/parts/NNNNNN (see the header comment). A part may be closed
+  // with no record (a rank that got no input): it then holds no shard, and
+  // CommitParts leaves it out of the parts list.
   static Result<std::unique_ptr<DatasetWriter>> CreatePart(std::string_view dst_uri,
                                                            uint32_t part,
                                                            std::vector<format::FieldSpec> fields,
@@ -120,7 +122,8 @@ class DatasetWriter {
 // parts in order (the dataset's samples are part 0's, then part 1's, ...).
 // Errors: NotFound naming the first missing part ("part 3 of 8 has no
 // manifest: its writer did not finish"), InvalidArgument for a schema that
-// differs, AlreadyExists when DST_URI already holds a dataset.
+// differs, AlreadyExists when DST_URI already holds a dataset,
+// InvalidArgument when no part holds a record.
 Result<format::Manifest> CommitParts(std::string_view dst_uri, uint32_t parts,
                                      const StoreOptions& store = {});
 

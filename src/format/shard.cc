@@ -67,6 +67,18 @@ ShardBuilder::ShardBuilder(std::vector<FieldSpec> fields, DatasetId dataset_id,
       shard_number_(shard_number),
       data_(kShardHeaderBytes) {}
 
+ShardBuilder::ShardBuilder(std::vector<FieldSpec> fields, DatasetId dataset_id,
+                           uint32_t shard_number, std::vector<std::byte> buffer,
+                           uint64_t expected_bytes)
+    : fields_(std::move(fields)),
+      dataset_id_(dataset_id),
+      shard_number_(shard_number),
+      data_(std::move(buffer)) {
+  data_.clear();
+  data_.reserve(std::min<uint64_t>(expected_bytes, kMaxShardBytes));
+  data_.resize(kShardHeaderBytes);
+}
+
 uint64_t ShardBuilder::SizeWith(std::span<const FieldValue> values) const {
   const uint64_t entry = IndexEntryBytes(static_cast<uint32_t>(fields_.size()));
   const uint64_t records_end = data_.size() + RecordBytes(fields_, values);

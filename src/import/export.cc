@@ -164,6 +164,12 @@ Result<ExportResult> ExportWebDataset(std::string_view src_uri, const std::strin
       }
     }
     report();
+    if (options.cancelled && options.cancelled()) {
+      return Cancelled(std::string(src_uri) + ": export cancelled after " +
+                       std::to_string(result.samples) + " of " + std::to_string(m.sample_count) +
+                       " samples (" + std::to_string(result.tars) + " tars finished in " +
+                       out_dir + ")");
+    }
   }
   if (tar != nullptr) {
     STOKER_RETURN_IF_ERROR(tar->Close());

@@ -297,11 +297,12 @@ Result<ImportResult> ImportJsonl(std::span<const std::string> paths, std::string
         STOKER_RETURN_IF_ERROR(bad(line_status));
         continue;
       }
-      if (options.progress && progress.bytes_read >= next_report) {
+      if (progress.bytes_read >= next_report) {
         next_report = progress.bytes_read + kReportEvery;
         progress.samples = writer->records();
         progress.skipped = result.skipped;
-        options.progress(progress);
+        if (options.progress) options.progress(progress);
+        STOKER_RETURN_IF_ERROR(import::CheckCancelled(options.cancelled, where, progress));
       }
     }
     if (in.bad()) return ErrnoToStatus(errno, "read " + path);

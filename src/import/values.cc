@@ -59,4 +59,12 @@ Status Finish(DatasetWriter& writer, const std::function<void(const ImportProgre
   return Status::Ok();
 }
 
+Status CheckCancelled(const std::function<bool()>& cancelled, const std::string& what,
+                      const ImportProgress& progress) {
+  if (!cancelled || !cancelled()) return Status::Ok();
+  return Cancelled(what + " cancelled after " + std::to_string(progress.bytes_read) + " of " +
+                   std::to_string(progress.bytes_total) +
+                   " source bytes; nothing was committed");
+}
+
 }  // namespace stoker::import

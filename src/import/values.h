@@ -2,6 +2,7 @@
 // WebDataset member's or a JSONL token's text into a typed FieldValue.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,10 @@ bool ParseDoubleText(std::string_view text, double* out);
 
 // The created_by of an imported dataset: "stoker VERSION import KIND".
 std::string CreatedBy(std::string_view kind);
+
+// Cancelled naming `what` and how far it got, when options.cancelled says so.
+Status CheckCancelled(const std::function<bool()>& cancelled, const std::string& what,
+                      const ImportProgress& progress);
 
 // Closes the writer (the commit) into result->manifest, sets
 // result->samples, and reports the final progress.

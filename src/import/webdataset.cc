@@ -309,12 +309,13 @@ Result<ImportResult> ImportWebDataset(std::span<const std::string> paths,
       }
     }
     progress.bytes_read = std::min(done_tars_bytes + tar_bytes, result.source_bytes);
-    if (options.progress && progress.bytes_read >= next_report) {
+    if (progress.bytes_read >= next_report) {
       next_report = progress.bytes_read + kReportEvery;
       progress.samples = writer->records();
       progress.shards_stored = stored;
       progress.skipped = result.skipped + reader.skipped();
-      options.progress(progress);
+      if (options.progress) options.progress(progress);
+      STOKER_RETURN_IF_ERROR(import::CheckCancelled(options.cancelled, "import", progress));
     }
     STOKER_ASSIGN_OR_RETURN(more, reader.Next(&sample, &tar));
   }

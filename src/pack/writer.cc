@@ -160,6 +160,7 @@ struct DatasetWriter::Impl {
   uint32_t threads = 1;
   uint64_t earlier = 0;  // what the note of an earlier writer here covered
   uint64_t noted = 0;    // what our note covers
+  bool part = false;     // a part may be empty: a rank with no input
 
   // The writing thread's.
   std::unique_ptr<format::ShardBuilder> builder;
@@ -176,6 +177,7 @@ struct DatasetWriter::Impl {
   std::vector<Stored> stored;       // by shard number; guarded by mu
   uint64_t shards_stored = 0;       // guarded by mu
   Status error;                     // the first store failure; guarded by mu
+  std::vector<std::vector<std::byte>> spare;  // stored shards' buffers; guarded by mu
   bool stop = false;                // guarded by mu
   std::vector<std::thread> pool;
 
@@ -199,6 +201,8 @@ struct DatasetWriter::Impl {
       const std::string key = format::ShardKey(job.number);
       Status st = dst->Put(key, shard);
       std::lock_guard lock(mu);
+      // At most `threads` shards are in flight: as many buffers go round.
+      if (spare.size() <= threads) spare.push_back(std::move(shard));
       if (!st.ok() && error.ok()) {
         error = st.WithContext("storing shard " + std::to_string(job.number) + " (" + dst->uri() +
                                "/" + key + ")");
@@ -254,7 +258,17 @@ struct DatasetWriter::Impl {
         return error;
       }
     }
-    builder = std::make_unique<format::ShardBuilder>(m.fields, m.dataset_id, next_shard++);
+    std::vector<std::byte> buffer;
+    {
+      std::lock_guard lock(mu);
+      if (!spare.empty()) {
+        buffer = std::move(spare.back());
+        spare.pop_back();
+      }
+    }
+    // Room for a shard as cut (a record larger than a shard grows it).
+    builder = std::make_unique<format::ShardBuilder>(m.fields, m.dataset_id, next_shard++,
+                                                     std::move(buffer), options.shard_bytes);
     return Status::Ok();
   }
 
@@ -281,7 +295,7 @@ struct DatasetWriter::Impl {
     }
     StopWorkers();
     STOKER_RETURN_IF_ERROR(Failed());
-    if (records == 0) return InvalidArgument(dst->uri() + ": no records written");
+    if (records == 0 && !part) return InvalidArgument(dst->uri() + ": no records written");
     m.shards.reserve(stored.size());
     for (const Stored& s : stored) {
       m.shards.AppendNumbered(s.bytes, s.samples, s.index_hash);
@@ -365,7 +379,9 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::CreatePart(std::string_vie
                                                                  uint32_t part,
                                                                  std::vector<FieldSpec> fields,
                                                                  const WriterOptions& options) {
-  return Create(PartUri(dst_uri, part), std::move(fields), options);
+  STOKER_ASSIGN_OR_RETURN(auto w, Create(PartUri(dst_uri, part), std::move(fields), options));
+  w->impl_->part = true;
+  return w;
 }
 
 Status DatasetWriter::Write(std::span<const FieldValue> values) {
@@ -458,10 +474,16 @@ Result<format::Manifest> CommitParts(std::string_view dst_uri, uint32_t parts,
     if (m.shards.size() > UINT32_MAX) return InvalidArgument(dst->uri() + ": too many shards");
     m.payload_bytes += pm->payload_bytes;
     m.max_sample_bytes = std::max(m.max_sample_bytes, pm->max_sample_bytes);
+    // An empty part (a rank with no input) adds nothing and is not listed.
+    if (pm->shards.size() == 0) continue;
     refs.push_back({PartPrefix(p), pm->dataset_id, static_cast<uint32_t>(pm->shards.size())});
   }
   m.shards.SetParts(std::move(refs));
   m.sample_count = m.shards.total_samples();
+  if (m.sample_count == 0) {
+    return InvalidArgument(dst->uri() + ": none of its " + std::to_string(parts) +
+                           " parts holds a record");
+  }
   m.dataset_id = format::NewDatasetId();
   m.created_by = std::string("stoker ") + STOKER_VERSION + " writer, " + std::to_string(parts) +
                  " parts";
