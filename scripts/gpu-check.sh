@@ -38,14 +38,14 @@ prepare() {
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSTOKER_WITH_CUDA=ON \
     -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_BUILD_TESTS=ON >/dev/null
   cmake --build build-gpu -j"$(nproc)" --target stoker gpu_test loader_test pagecache_dma_probe \
-    copy_paths_probe
+    copy_paths_probe gpu_decode_test
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/lib" "$carry/lib-static"
   # The modules, for building the Python binding there against its python3.
   cp build-gpu/libstoker_*.a "$carry/lib-static/"
   rm -f "$carry/lib-static/libstoker_bench.a"
   for b in build-gpu/stoker build-gpu/tests/gpu_test build-gpu/tests/loader_test \
-    build-gpu/pagecache_dma_probe build-gpu/copy_paths_probe; do
+    build-gpu/pagecache_dma_probe build-gpu/copy_paths_probe build-gpu/tests/gpu_decode_test; do
     strip -o "$carry/bin/$(basename "$b")" "$b"
   done
   # Libraries outside glibc, libstdc++ and the driver: the GPU machine's

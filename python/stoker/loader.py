@@ -538,6 +538,13 @@ class Loader:
         o.fields, o.device, o.read_unit, o.cache_dir, o.cache_policy = \
             fields or [], device, read_unit, cache, cache_policy
         o.direct_io = _bool("direct_io", direct_io)
+        decode_device = decode.get("device") if isinstance(decode, collections.abc.Mapping) \
+            else None
+        if decode_device not in (None, "", "cpu") and device in ("", "cpu"):
+            # The GPU's images are only in device memory: say where batches go.
+            raise ValueError(f"decode['device']={decode_device!r} decodes into the batches on "
+                             f"that GPU: pass device={decode_device!r} (and format='torch' or "
+                             "'dlpack') too")
         o.device_memory_budget = _int("device_memory_budget", device_memory_budget, 0, _U64)
         o.cache_bytes = _int("cache_bytes", cache_bytes, 0, _U64)
         o.ranks_per_node = _int("ranks_per_node", ranks_per_node, 0)

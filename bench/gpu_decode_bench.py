@@ -1,0 +1,281 @@
+#!/usr/bin/python3
+"""JPEG decode + RandomResizedCrop + flip into GPU memory: four ways, one run.
+
+Issue 34's benchmark. The script makes ImageNet-like JPEGs (500x375, ~110 KB,
+photo-like colour fields with grain, quality 95, 4:2:0 baseline as PIL writes
+them), packs them, and measures images/s delivered into GPU memory as
+224x224 crops (RandomResizedCrop(224) + RandomHorizontalFlip, uint8) for:
+
+  dataloader  torch DataLoader over an ImageFolder, PIL decode +
+              torchvision's RandomResizedCrop/RandomHorizontalFlip/PILToTensor
+              in --workers processes, pinned, copied to the GPU
+  tv_gpu      torchvision.io.decode_jpeg(list, device="cuda") per batch (the
+              file bytes read by a DataLoader of 4 workers), then each image's
+              RandomResizedCrop box, resized_crop(antialias=True) and flip on
+              the GPU, stacked
+  stoker_cpu  stoker.Loader(decode={... "crop": "random_resized", "flip":
+              0.5}, device="cuda:0"): libjpeg-turbo in --workers threads
+  stoker_gpu  the same with decode["device"] = "cuda:0" (nvJPEG: hardware
+              engines, CUDA, CPU for the rest) at --gpu-threads threads
+
+Each way runs 1 + --repeats epochs on one loader; the first warms up and is
+not counted; the figure is the median images/s of the others, each epoch
+ending with a torch.cuda.synchronize(). Also: CPU cores used (CPU seconds of
+this process and its children, /proc, over wall seconds), GPU memory used
+(cudaMemGetInfo's used bytes above the start, at each epoch's end, the
+most), and for stoker the share of images each backend took and its
+decode_path. Prints a table and ratios; --json writes everything.
+
+    PYTHONPATH=build/python python3 bench/gpu_decode_bench.py \\
+        [--images 8000] [--repeats 3] [--workers 16] [--gpu-threads 4] \\
+        [--batch 256] [--ways dataloader,tv_gpu,stoker_cpu,stoker_gpu] \\
+        [--dir DIR] [--json out.json]
+"""
+
+import argparse
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.utils.data
+import torchvision
+from PIL import Image
+from torchvision import datasets, transforms
+from torchvision.transforms import functional as TF
+
+import stoker
+
+SIZE = 224
+SCALE = (0.08, 1.0)
+RATIO = (3 / 4, 4 / 3)
+
+
+def _make_jpeg(args):
+    """500x375 colour fields plus grain: ~110 KB at quality 95."""
+    path, seed = args
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (375 // 8 + 1, 500 // 8 + 1, 3), dtype=np.uint8)
+    img = np.asarray(Image.fromarray(small).resize((500, 375), Image.BICUBIC), np.int16)
+    img = np.clip(img + rng.integers(-30, 31, img.shape), 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="JPEG", quality=95)
+    Path(path).write_bytes(buf.getvalue())
+    return len(buf.getvalue())
+
+
+def make_jpegs(root, count, workers):
+    jobs = []
+    for i in range(count):
+        folder = root / f"class{i % 10:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        jobs.append((folder / f"{i:06d}.jpg", i))
+    with Pool(workers) as pool:
+        return sum(pool.map(_make_jpeg, jobs, chunksize=32))
+
+
+def cpu_seconds():
+    """User + system CPU seconds of this process and every live descendant
+    (DataLoader workers are long-lived children: getrusage would miss them)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    me = os.getpid()
+    total, todo = 0.0, [me]
+    while todo:
+        p = todo.pop()
+        total += parents.get(p, (0, 0.0))[1]
+        todo.extend(c for c, (pp, _) in parents.items() if pp == p)
+    # Children that exited (a DataLoader's workers at shutdown) are in getrusage.
+    r = __import__("resource").getrusage(__import__("resource").RUSAGE_CHILDREN)
+    return total + r.ru_utime + r.ru_stime
+
+
+def gpu_used():
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+class Bytes(torch.utils.data.Dataset):
+    """The files' bytes, as uint8 tensors (for decode_jpeg)."""
+
+    def __init__(self, root):
+        self.files = sorted(str(p) for p in Path(root).rglob("*.jpg"))
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        return torchvision.io.read_file(self.files[i])
+
+
+def _list_collate(batch):
+    return batch
+
+
+def way_dataloader(root, args):
+    ds = datasets.ImageFolder(str(root), transform=transforms.Compose([
+        transforms.RandomResizedCrop(SIZE, scale=SCALE, ratio=RATIO, antialias=True),
+        transforms.RandomHorizontalFlip(), transforms.PILToTensor()]))
+    dl = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True,
+                                     num_workers=args.workers, pin_memory=True,
+                                     persistent_workers=True, prefetch_factor=4)
+
+    def epoch(_):
+        n = 0
+        for x, _y in dl:
+            x = x.cuda(non_blocking=True)
+            n += x.shape[0]
+        return n
+    return epoch, None
+
+
+def way_tv_gpu(root, args):
+    dl = torch.utils.data.DataLoader(Bytes(root), batch_size=args.batch, shuffle=True,
+                                     num_workers=4, collate_fn=_list_collate,
+                                     persistent_workers=True, prefetch_factor=4)
+    crop = transforms.RandomResizedCrop(SIZE, scale=SCALE, ratio=RATIO, antialias=True)
+
+    def epoch(_):
+        n = 0
+        for raw in dl:
+            imgs = torchvision.io.decode_jpeg(raw, device="cuda")
+            out = []
+            for img in imgs:
+                i, j, h, w = crop.get_params(img, SCALE, RATIO)
+                t = TF.resized_crop(img, i, j, h, w, [SIZE, SIZE], antialias=True)
+                if torch.rand(1).item() < 0.5:
+                    t = TF.hflip(t)
+                out.append(t)
+            n += torch.stack(out).shape[0]
+        return n
+    return epoch, None
+
+
+def way_stoker(uri, args, gpu):
+    decode = {"field": "image", "size": (SIZE, SIZE), "crop": "random_resized",
+              "scale": SCALE, "ratio": RATIO, "flip": 0.5}
+    if gpu:
+        decode["device"] = "cuda:0"
+    threads = args.gpu_threads if gpu else args.workers
+    loader = stoker.Loader(uri, args.batch, threads=threads, rank=0, world_size=1,
+                           decode=decode, device="cuda:0", format="torch")
+
+    def epoch(e):
+        loader.set_epoch(e)
+        n = 0
+        for b in loader:
+            n += b["image"].shape[0]
+        return n
+    return epoch, loader
+
+
+def measure(name, make, repeats):
+    torch.cuda.synchronize()
+    base_mem = gpu_used()
+    epoch, loader = make()
+    rates, cores, mem = [], [], 0
+    for e in range(1 + repeats):
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        n = epoch(e)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        rates.append(n / wall)
+        cores.append((cpu_seconds() - c0) / wall)
+        mem = max(mem, gpu_used() - base_mem)
+    r = {"images_per_s": statistics.median(rates[1:]), "epochs": rates,
+         "cpu_cores": statistics.median(cores[1:]), "gpu_memory_bytes": mem}
+    if loader is not None:
+        s = loader.stats()
+        total = s["decoded_hardware"] + s["decoded_cuda"] + s["decoded_cpu"]
+        r["backend_share"] = {k: (s["decoded_" + k] / total if total else 0.0)
+                              for k in ("hardware", "cuda", "cpu")}
+        r["decode_path"] = s["decode_path"]
+        r["stats"] = {k: v for k, v in s.items() if isinstance(v, (int, float, str))}
+        loader.close()
+    print(f"  {name:10} {r['images_per_s']:9,.0f} images/s  {r['cpu_cores']:5.1f} cores  "
+          f"GPU {r['gpu_memory_bytes'] / 2**20:7.0f} MiB"
+          + (f"  hw/cuda/cpu {r['backend_share']['hardware']:.2f}/"
+             f"{r['backend_share']['cuda']:.2f}/{r['backend_share']['cpu']:.2f}"
+             if "backend_share" in r else ""), flush=True)
+    if "decode_path" in r:
+        print(f"             decode_path: {r['decode_path']}", flush=True)
+    return r
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--images", type=int, default=8000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--gpu-threads", type=int, default=4)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--ways", default="dataloader,tv_gpu,stoker_cpu,stoker_gpu")
+    p.add_argument("--dir", default=None, help="where to make the data (default: a temp folder)")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_decode_bench: needs a CUDA GPU (torch.cuda.is_available() is False)")
+    tmp = Path(args.dir or tempfile.mkdtemp(prefix="stoker-gpu-decode-"))
+    cores = len(os.sched_getaffinity(0))
+    out = {"machine": {"cores": cores, "cpu": platform.processor(),
+                       "gpu": torch.cuda.get_device_name(0), "python": sys.version.split()[0],
+                       "torch": torch.__version__, "torchvision": torchvision.__version__},
+           "batch": args.batch, "workers": args.workers, "gpu_threads": args.gpu_threads,
+           "images": args.images, "ways": {}}
+    print(f"{cores} cores, {out['machine']['gpu']}, torch {torch.__version__}, "
+          f"torchvision {torchvision.__version__}", flush=True)
+    root, uri = tmp / "jpg", tmp / "jpg-ds"
+    if not (uri / "manifest.stoker").exists():
+        t = time.perf_counter()
+        nbytes = make_jpegs(root, args.images, cores)
+        stoker.pack(root, uri)
+        print(f"{args.images} JPEGs 500x375, {nbytes / args.images / 1000:.0f} KB each, made and "
+              f"packed in {time.perf_counter() - t:.1f} s", flush=True)
+        out["mean_jpeg_bytes"] = nbytes / args.images
+    makers = {
+        "dataloader": lambda: way_dataloader(root, args),
+        "tv_gpu": lambda: way_tv_gpu(root, args),
+        "stoker_cpu": lambda: way_stoker(str(uri), args, gpu=False),
+        "stoker_gpu": lambda: way_stoker(str(uri), args, gpu=True),
+    }
+    print(f"images/s into GPU memory, {SIZE}x{SIZE} RandomResizedCrop + flip, batch "
+          f"{args.batch}, median of {args.repeats} epochs after a warm-up:", flush=True)
+    for name in args.ways.split(","):
+        try:
+            out["ways"][name] = measure(name, makers[name], args.repeats)
+        except Exception as e:  # one way failing must not lose the others
+            print(f"  {name:10} FAILED: {type(e).__name__}: {e}", flush=True)
+            out["ways"][name] = {"error": f"{type(e).__name__}: {e}"}
+    w = out["ways"]
+
+    def rate(k):
+        return w.get(k, {}).get("images_per_s")
+    ratios = {}
+    for a, b in (("stoker_gpu", "tv_gpu"), ("stoker_gpu", "dataloader"),
+                 ("stoker_gpu", "stoker_cpu"), ("stoker_cpu", "dataloader")):
+        if rate(a) and rate(b):
+            ratios[f"{a}/{b}"] = rate(a) / rate(b)
+            print(f"  {a} / {b}: {ratios[f'{a}/{b}']:.2f}x", flush=True)
+    out["ratios"] = ratios
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

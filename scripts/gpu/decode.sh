@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Issue 34 on the GPU machine: the GPU decode's tests and benchmark, in one
+# go (about 5 minutes). Prints its results; logs and JSON go to $OUT (or
+# ./gpu-out): decode-summary.txt, gpu_decode.json, decode-logs.tar.gz.
+#
+#   scripts/gpu/decode.sh prepare   on the build machine: what gpu-check.sh
+#                                   prepare does (build-gpu/ with nvcc, so
+#                                   with the fused kernel; .gpu-carry/ with
+#                                   stoker, the tests, gpu_decode_test and the
+#                                   static modules for the Python binding)
+#   scripts/gpu/decode.sh run       on the GPU machine, from the repository
+#                                   root, with .gpu-carry/ beside it:
+#     1. where libnvjpeg is (find), and STOKER_NVJPEG_PATH set to it
+#        (stoker also looks in $CUDA_HOME/lib64, /usr/local/cuda/lib64 and
+#        $VIRTUAL_ENV's site-packages/nvidia/*/lib by itself)
+#     2. gpu_decode_test: routing, crops, the kernel against its CPU
+#        reference on the GPU, the loader decoding on the GPU (pixels within
+#        3 grey levels of the CPU path, device memory flat over 50 epochs)
+#     3. the GPU tests again under compute-sanitizer memcheck
+#     4. the Python binding built there (as gpu-check.sh), then
+#        bench/gpu_decode_bench.py: DataLoader (16 workers), torchvision's
+#        decode_jpeg(device="cuda"), stoker CPU, stoker GPU; medians of 3
+#
+# Environment: STOKER_DECODE_STEPS (default "tests,sanitizer,bench"),
+# STOKER_DECODE_BENCH_ARGS (extra bench flags, e.g. "--images 4000").
+#
+# With the device tool: run(command="bash scripts/gpu/decode.sh run",
+# carry=[".gpu-carry"]).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+carry=.gpu-carry
+
+if [[ ${1:-} == prepare ]]; then
+  exec bash scripts/gpu-check.sh prepare
+fi
+[[ ${1:-} == run ]] || { echo "usage: $0 prepare|run" >&2; exit 2; }
+
+dest=${OUT:-$PWD/gpu-out}
+log=/tmp/stoker-decode
+rm -rf "$log"
+mkdir -p "$dest" "$log"
+export LD_LIBRARY_PATH=$PWD/$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+bin=$PWD/$carry/bin
+steps=${STOKER_DECODE_STEPS:-tests,sanitizer,bench}
+want() { [[ ",$steps," == *",$1,"* ]]; }
+step() { echo; echo "==== $* ===="; }
+
+main() {
+  local fail=0
+  step machine
+  date -u
+  nproc
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)' 2>&1
+
+  step "where libnvjpeg is"
+  local found
+  found=$(timeout 60 find / -xdev \( -path /proc -o -path /sys \) -prune -o \
+    -name 'libnvjpeg.so*' -print 2>/dev/null | sort)
+  echo "${found:-none found}"
+  if [[ -z ${STOKER_NVJPEG_PATH:-} ]]; then
+    local pick
+    pick=$(grep -E 'libnvjpeg\.so\.13$' <<<"$found" | head -1)
+    [[ -n $pick ]] || pick=$(grep -E 'libnvjpeg\.so\.12$' <<<"$found" | head -1)
+    [[ -n $pick ]] || pick=$(grep -E 'libnvjpeg\.so\.1[23]' <<<"$found" | head -1)
+    if [[ -n $pick ]]; then
+      export STOKER_NVJPEG_PATH=$pick
+      echo "STOKER_NVJPEG_PATH=$pick"
+    else
+      echo "no libnvjpeg on this machine: the GPU decode will report it and run on the CPU"
+    fi
+  fi
+
+  if want tests; then
+    step "gpu_decode_test"
+    "$bin/gpu_decode_test" 2>&1 | tee "$log/gpu_decode_test.log" |
+      grep -E '^\[ +(OK|FAILED|SKIPPED) |Skipped|decode path|GPU vs CPU|GPU reference|nvJPEG ' | tail -40
+    ((PIPESTATUS[0] == 0)) || fail=1
+  fi
+
+  if want sanitizer; then
+    step "the GPU tests under compute-sanitizer memcheck"
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/gpu_decode_test" \
+      --gtest_filter='FusedResizeKernel.*:GpuDecodeLoader.OnTheGpu' >"$log/sanitizer.log" 2>&1
+    local rc=$?
+    echo "compute-sanitizer memcheck: exit $rc; $(grep -E 'ERROR SUMMARY|PASSED|FAILED' \
+      "$log/sanitizer.log" | tr '\n' ' ')"
+    ((rc == 0)) || fail=1
+  fi
+
+  if want bench; then
+    step "Python binding"
+    OUT=$log bash scripts/gpu-check.sh binding || return 1
+    step "bench/gpu_decode_bench.py"
+    # shellcheck disable=SC2086
+    PYTHONPATH=/tmp/stoker-py PYTHONUNBUFFERED=1 timeout 360 python3 bench/gpu_decode_bench.py \
+      --dir /tmp/stoker-gpu-decode --json "$dest/gpu_decode.json" \
+      ${STOKER_DECODE_BENCH_ARGS:-} 2>&1 | tee "$log/gpu_decode_bench.log"
+    ((PIPESTATUS[0] == 0)) || fail=1
+  fi
+  return "$fail"
+}
+
+main 2>&1 | tee "$dest/decode-summary.txt"
+rc=${PIPESTATUS[0]}
+tar czf "$dest/decode-logs.tar.gz" -C /tmp stoker-decode
+echo "decode.sh: $([[ $rc == 0 ]] && echo OK || echo 'SOME STEPS FAILED') (logs in $dest)" |
+  tee -a "$dest/decode-summary.txt"
+exit "$rc"
