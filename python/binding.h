@@ -37,6 +37,7 @@ void BindBatches(py::module_& m);      // batches.cc: _DeviceArray
 void BindLoader(py::module_& m);       // loader_binding.cc: _Loader, decode, pack, inspect, verify
 void BindCheckpoints(py::module_& m);  // ckpt_binding.cc: _Checkpointer, saved states
 void RegisterMetrics(py::module_& m);  // metrics_binding.cc
+void BindTokens(py::module_& m);       // mix_binding.cc: sequence_* options, _Mix
 void BindWriter(py::module_& m);       // writer_binding.cc: _Writer, commit_parts
 void BindImport(py::module_& m);       // import_binding.cc: import_webdataset, import_jsonl, export_webdataset
 

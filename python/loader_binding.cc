@@ -118,6 +118,11 @@ class LoaderHandle {
     return Locked([](Loader& l) { return l.num_batches(); });
   }
 
+  // Positions of one epoch: samples, or token windows (sequence_length).
+  uint64_t EpochPositions() {
+    return Locked([](Loader& l) { return l.epoch_positions(); });
+  }
+
   std::pair<uint64_t, uint64_t> State() {
     const LoaderState s = Locked([](Loader& l) { return l.state(); });
     return {s.epoch, s.position};
@@ -437,6 +442,7 @@ void BindLoader(py::module_& m) {
            py::arg("widen_unsigned") = false)
       .def("start_epoch", &LoaderHandle::StartEpoch, py::arg("epoch"), py::arg("position"))
       .def("num_batches", &LoaderHandle::NumBatches)
+      .def("epoch_positions", &LoaderHandle::EpochPositions)
       .def("state", &LoaderHandle::State)
       .def("identified_state", &LoaderHandle::Identified, py::arg("epoch"), py::arg("position"))
       .def("check_resume", &LoaderHandle::CheckResume, py::arg("state"))

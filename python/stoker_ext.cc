@@ -182,6 +182,7 @@ PYBIND11_MODULE(_stoker, m) {
 
   BindOptions(m);
   BindLoader(m);
+  BindTokens(m);
 
   BindCheckpoints(m);
   BindWriter(m);

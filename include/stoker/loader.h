@@ -458,6 +458,10 @@ class Loader {
   virtual LoaderStats stats() const = 0;
   // How records are read: "shard" or "sample" (what read_unit "auto" chose).
   virtual std::string_view read_unit() const = 0;
+  // What one epoch's positions count (resume states and num_batches are in
+  // these): the dataset's samples, or with LoaderOptions::sequence_length
+  // the epoch's windows. Default: manifest().sample_count.
+  virtual uint64_t epoch_positions() const { return manifest().sample_count; }
 };
 
 // The state at (epoch, position) of a loader over `m` with `o`, identity set.

@@ -27,6 +27,7 @@ from .checkpoint import Checkpointer, SaveHandle, ShardedTensor, load, save  # n
 from .dataset import inspect, pack, verify  # noqa: E402
 from .loader import BytesColumn, DistributedEnv, Loader, distributed_env  # noqa: E402
 from .writer import Writer, commit_parts  # noqa: E402
+from .mix import Mix, mix_counts  # noqa: E402
 from .importers import export_webdataset, import_jsonl, import_webdataset  # noqa: E402
 from . import metrics  # noqa: E402
 from .metrics import phase, timed_allreduce_hook  # noqa: E402
@@ -35,6 +36,7 @@ __version__ = _stoker.__version__
 
 __all__ = [
     "Writer",
+    "Mix", "mix_counts",
     "commit_parts",
     "import_webdataset", "import_jsonl", "export_webdataset",
     "Loader", "BytesColumn", "DistributedEnv", "distributed_env", "pack", "inspect", "verify",

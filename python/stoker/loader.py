@@ -101,7 +101,8 @@ _MAX_DECODE_SIDE = _stoker.MAX_DECODE_SIDE  # DecodeOptions (include/stoker/deco
 _METADATA_KEYS = ("sample_ids", "padding")
 # Loader.state_dict()'s identity keys, by LoaderState field (include/stoker/loader.h).
 _IDENTITY = {"dataset_id": "dataset_id", "seed": "seed", "shuffle": "shuffle",
-             "shuffle_window": "shuffle_window_shards", "world_size": "world_size"}
+             "shuffle_window": "shuffle_window_shards", "world_size": "world_size",
+             "sequence_length": "sequence_length"}
 
 
 # ---- rank and world size from the environment ------------------------------
@@ -430,6 +431,20 @@ class Loader:
         "padded" (default; NAME is zero-padded to the batch's longest, with
         NAME_lengths) or "offsets" (rows back to back, with NAME_offsets).
         Checked by the C++ loader (stoker.InvalidArgumentError).
+      sequence_length: L > 0 delivers token windows instead of records:
+        batch["tokens"] is (batch_size, L + 1), windows of L + 1 tokens that
+        run across document boundaries of the token field (an integer array
+        of shape [*], e.g. from ``stoker pack --tokens`` or ``--from
+        megatron``). Shuffle off: window k is tokens [kL, kL + L + 1) of the
+        documents in dataset order; on: documents and windows in an order
+        fixed by (dataset, seed, epoch). Positions (state_dict, len) count
+        windows; each rank gets floor(windows / world_size) of an epoch.
+        sequence_dtype "int64" (default) or "int32"; sequence_positions=True
+        adds "positions" (each token's position in its document) and
+        "documents" (its document's index within the window);
+        sequence_field names the token field (default "tokens", or the only
+        one); sequence_verify=False reads only the tokens' bytes instead of
+        the whole records (checked) they lie in.
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.
       reads_in_flight: whole-shard reads outstanding; 0 (default) = the
@@ -478,7 +493,8 @@ class Loader:
                  read_retries=None, read_timeout=None, direct_io=False, store=None,
                  device=None, device_memory_budget=0, read_unit="auto", cache=None,
                  cache_bytes=0, cache_policy="planned", ranks_per_node=0, node_affinity=False,
-                 ragged="padded"):
+                 ragged="padded", sequence_length=0, sequence_dtype="int64",
+                 sequence_positions=False, sequence_field=None, sequence_verify=True):
         self._impl = None  # so close() and __repr__ work if a check below raises
         if not isinstance(uri, (str, os.PathLike)):
             raise TypeError(f"uri must be a str or path, not {type(uri).__name__}")
@@ -552,6 +568,14 @@ class Loader:
         if not isinstance(ragged, str):
             raise TypeError(f"ragged must be 'padded' or 'offsets', not {type(ragged).__name__}")
         o.ragged = self.ragged = ragged  # its value is checked by C++
+        # Token windows (LoaderOptions::sequence_length): batch["tokens"] is
+        # (batch_size, L + 1); positions count windows.
+        o.sequence_length = self.sequence_length = _int("sequence_length", sequence_length, 0,
+                                                        _U32)
+        o.sequence_dtype = str(sequence_dtype)  # "int64" or "int32", checked by C++
+        o.sequence_positions = _bool("sequence_positions", sequence_positions)
+        o.sequence_field = "" if sequence_field is None else str(sequence_field)
+        o.sequence_verify = _bool("sequence_verify", sequence_verify)
         self._impl = _stoker._Loader(uri, o)
         self.uri = uri
         self.read_unit = self._impl.read_unit  # what "auto" chose
@@ -621,10 +645,12 @@ class Loader:
     def _batches_from(self, position):
         # plan.h: drop_last gives floor(rest / (world * batch)) batches; padding
         # gives ceil(rest / world) samples, in ceil(. / batch) batches.
-        rest = self.info["samples"] - position
+        rest = self._impl.epoch_positions() - position  # samples, or token windows
         if self.drop_last:
             return rest // (self.world_size * self.batch_size)
         per_rank = -(-rest // self.world_size)
+        if self.sequence_length:  # token windows: no padding, the remainder is left out
+            per_rank = rest // self.world_size
         return -(-per_rank // self.batch_size)
 
     # -- epochs and resume --

@@ -128,10 +128,11 @@ class TokenLoader final : public Loader {
   LoaderState state() const override { return last_state_; }
   LoaderStats stats() const override;
   std::string_view read_unit() const override { return "range"; }
+  uint64_t epoch_positions() const override { return windows_.size(); }
 
  private:
   void Stop();
-  void Produce(uint64_t generation);
+  void Produce();
   LoaderState StateAt(uint64_t position) const {
     return IdentifiedState(epoch_, position, ds_->manifest(), options_);
   }
@@ -192,11 +193,11 @@ Status TokenLoader::StartEpoch(uint64_t epoch, uint64_t position) {
   stop_ = false;
   next_ = 0;
   failed_ = Status::Ok();
-  producer_ = std::thread([this] { Produce(0); });
+  producer_ = std::thread([this] { Produce(); });
   return Status::Ok();
 }
 
-void TokenLoader::Produce(uint64_t) {
+void TokenLoader::Produce() {
   auto reader = ds_->NewReader();
   const uint64_t world = options_.world_size, batch = options_.batch_size;
   const uint64_t row = uint64_t{options_.sequence_length} + 1;

@@ -51,6 +51,7 @@ class MeteredLoader final : public Loader {
   LoaderState state() const override { return target_->state(); }
   LoaderStats stats() const override { return target_->stats(); }
   std::string_view read_unit() const override { return target_->read_unit(); }
+  uint64_t epoch_positions() const override { return target_->epoch_positions(); }
 
  private:
   std::unique_ptr<Loader> target_;
