@@ -36,6 +36,7 @@ struct Table {
     plan.seed = 3;
     plan.shuffle_window_shards = 4;
     EXPECT_TRUE(planner.Begin(plan, 0, 0, 0).ok());
+    planner.AwaitNext();
     v = planner.Current();
   }
   void Put(uint32_t s) {
@@ -102,6 +103,7 @@ TEST(CachePlan, RankingIsKeptBetweenFetchesAndBuiltAgainAsTheNodeReads) {
   plan.seed = 3;
   plan.shuffle_window_shards = 4;
   ASSERT_TRUE(tb.planner.Begin(plan, 1, 0, 0).ok());
+  tb.planner.AwaitNext();
   tb.v = tb.planner.Current();
   got = r.Take(tb.v, tb.t, tb.bytes, 1, 0, 1);
   ASSERT_EQ(got.size(), 3u);
@@ -143,7 +145,7 @@ TEST(CachePlan, PrefetchScanSkipsWhatCannotHaveChangedUntilAShardIsDropped) {
   EXPECT_TRUE(memo.next_clean);
   // The shard the node needs first goes without the table's count moving:
   // the memo (rightly, had the count been kept) skips it...
-  const uint32_t first = tb.v.cur->sequence[0];
+  const uint32_t first = tb.v.cur->sequence()[0];
   tb.t.At(first).state = kAbsent;
   EXPECT_TRUE(Planner::Ahead(tb.v, tb.t, 8, &memo).empty());
   // ...and every real drop moves the count: it is found.
@@ -151,7 +153,7 @@ TEST(CachePlan, PrefetchScanSkipsWhatCannotHaveChangedUntilAShardIsDropped) {
   tb.Drop(first);
   EXPECT_EQ(Planner::Ahead(tb.v, tb.t, 8, &memo), std::vector<uint32_t>{first});
   // Many absent: the soonest n, then after they are fetched, the next ones.
-  for (uint32_t i = 1; i < 40; ++i) tb.Drop(tb.v.cur->sequence[i]);
+  for (uint32_t i = 1; i < 40; ++i) tb.Drop(tb.v.cur->sequence()[i]);
   auto ahead = Planner::Ahead(tb.v, tb.t, 8, &memo);
   ASSERT_EQ(ahead.size(), 8u);
   for (uint32_t s : ahead) tb.Put(s);
@@ -160,7 +162,7 @@ TEST(CachePlan, PrefetchScanSkipsWhatCannotHaveChangedUntilAShardIsDropped) {
   for (uint32_t s : more) EXPECT_EQ(std::count(ahead.begin(), ahead.end(), s), 0);
   // Fetched them all: clean again.
   for (uint32_t i = 0; i < 40; ++i) {
-    if (tb.t.At(tb.v.cur->sequence[i]).state == kAbsent) tb.Put(tb.v.cur->sequence[i]);
+    if (tb.t.At(tb.v.cur->sequence()[i]).state == kAbsent) tb.Put(tb.v.cur->sequence()[i]);
   }
   EXPECT_TRUE(Planner::Ahead(tb.v, tb.t, 8, &memo).empty());
 }
@@ -218,6 +220,7 @@ TEST(CachePlan, AnotherJobsNeedsCountInTheEvictionKey) {
   ASSERT_EQ(*theirs.Claim(tb.t, MakeJobSlot(Seeded(9), 0, 0, 0)), 1);
   Planner other(42, std::vector<uint32_t>(kShards, 4), 1);
   ASSERT_TRUE(other.Begin(Seeded(9), 0, 0, 1).ok());
+  other.AwaitNext();
   const Planner::View them = other.Current();
   ASSERT_TRUE(tb.planner.SetOthers(mine.Others(tb.t)).ok());
   const Planner::View v = tb.planner.Current();
@@ -226,7 +229,7 @@ TEST(CachePlan, AnotherJobsNeedsCountInTheEvictionKey) {
   // This job reads a shard the other needs late in its epoch: for this job
   // alone it is done (needed next epoch); for the node, the other job's
   // need is its key.
-  const uint32_t x = them.cur->rank_order[0].back();
+  const uint32_t x = them.cur->RankOrder(0).back();
   tb.planner.OnRead(v, tb.t, x);
   bool now = true;
   const uint64_t alone = Planner::JobNextUse(v, tb.t, x, false, &now);

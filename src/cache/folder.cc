@@ -25,6 +25,7 @@ Status MappedFile::Open(const std::string& path, uint64_t bytes) {
   // zeros, which every table reads as "nothing there yet". Allocated, not
   // sparse: a page of a sparse file that a full disk cannot back would be
   // SIGBUS at the first store through the mapping, not an error here.
+  fresh_ = st.st_size == 0;
   if (uint64_t(st.st_size) < bytes) {
     const int err = posix_fallocate(fd_, 0, off_t(bytes));
     if (err != 0)
@@ -87,7 +88,9 @@ Status FolderTables::Open(const std::string& dir, const std::string& ds_dir, uin
     h.magic = kFolderMagic;
   }
   DatasetHeader& d = dataset();
-  if (d.magic != kDatasetMagic || d.shards != shards) {
+  // A table this process made is all zeros already: writing them again
+  // would dirty every page of it (112 MB at 10^6 shards) for nothing.
+  if ((d.magic != kDatasetMagic || d.shards != shards) && !table_.fresh()) {
     for (uint64_t i = 0; i < shards; ++i) {
       At(uint32_t(i)).soon = 0;
       At(uint32_t(i)).unused = 0;
@@ -95,6 +98,8 @@ Status FolderTables::Open(const std::string& dir, const std::string& ds_dir, uin
     // An older layout's progress and marks lie where the slots are now.
     std::byte* jobs = Base() + sizeof(DatasetHeader) + shards * sizeof(Entry);
     std::memset(jobs, 0, DatasetTableBytes(shards) - uint64_t(jobs - Base()));
+  }
+  if (d.magic != kDatasetMagic || d.shards != shards) {
     d.shards = shards;
     d.magic = kDatasetMagic;
   }

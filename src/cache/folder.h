@@ -13,6 +13,7 @@
 //   DIR/<dataset id>/fetch.lock   byte i: shard i's fetch lock (OFD)
 //   DIR/<dataset id>/pin.lock     byte i: shard i's pins (OFD, shared)
 //   DIR/<dataset id>/NNNNNNNN.stks   the cache files
+//   DIR/<dataset id>/order-*      the jobs' need orders (shared_orders.h)
 //
 // Thread safety: FolderLock serialises the threads of a process (a mutex)
 // and the processes (flock) on the tables; ByteLock is one lock of one open
@@ -127,8 +128,12 @@ class MappedFile {
   Status Open(const std::string& path, uint64_t bytes);
   void* data() const { return data_; }
   int fd() const { return fd_; }
+  // Whether Open found the file empty (made it, or found it just made): its
+  // bytes are zeros no process has written yet.
+  bool fresh() const { return fresh_; }
 
  private:
+  bool fresh_ = false;
   int fd_ = -1;
   void* data_ = nullptr;
   uint64_t bytes_ = 0;
@@ -179,6 +184,8 @@ class FolderTables {
   // A job's progress and marks cleared (a slot taken by a new job).
   void ClearJob(uint32_t job) const;
   uint64_t shards() const { return shards_; }
+  // Whether Open made the dataset's table (so every entry is absent).
+  bool fresh() const { return table_.fresh(); }
   // Whether shard s's file is there (read without the folder lock).
   bool Present(uint32_t s) const {
     return __atomic_load_n(&At(s).state, __ATOMIC_ACQUIRE) == kPresent;

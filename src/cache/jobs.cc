@@ -66,7 +66,8 @@ Result<int> JobSlots::Claim(const FolderTables& t, const JobSlot& mine) {
   for (uint32_t j = 0; j < kTableJobs && found < 0; ++j) {
     if (t.Job(j).identity == 0 || !Alive(j)) {
       found = int(j);
-      t.ClearJob(j);
+      // A slot never taken since the table was cleared is clear.
+      if (t.Job(j).identity != 0) t.ClearJob(j);
     }
   }
   if (found < 0) return -1;

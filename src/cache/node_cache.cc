@@ -77,6 +77,8 @@ Status NodeCacheImpl::Init() {
   STOKER_RETURN_IF_ERROR(ChooseCapacity());
   STOKER_RETURN_IF_ERROR(FolderError(files_.Probe()));
   STOKER_RETURN_IF_ERROR(Reconcile());
+  orders_ = std::make_unique<SharedOrders>(ds_dir);
+  planner_.ShareThrough(orders_.get());
   if (planned_) prefetcher_ = std::thread([this] { PrefetchLoop(); });
   return Status::Ok();
 }
@@ -124,7 +126,8 @@ Status NodeCacheImpl::ChooseCapacity() {
 // is gone, present entries whose file is gone, temporary files nobody
 // writes any more.
 Status NodeCacheImpl::Reconcile() {
-  for (uint32_t s = 0; s < manifest_.shards.size(); ++s) {
+  // A table made just now holds no entries to check (nor its pages read in).
+  for (uint32_t s = 0; s < (tables_.fresh() ? 0 : manifest_.shards.size()); ++s) {
     if (tables_.At(s).state == kAbsent) continue;
     ByteLock fetch;
     STOKER_ASSIGN_OR_RETURN(bool got, fetch.Lock(fetch_lock_path_, s, true, /*wait=*/false));

@@ -5,6 +5,7 @@
 //   shard_files.h  the cache files
 //   space.h        the limit: reservations and eviction
 //   planner.h      the planned policy's next-use key and prefetch order
+//   shared_orders.h  the need orders, computed once per node, in files
 //   ranking.h      eviction candidates, ranked once and kept between fetches
 //   jobs.h         the jobs planning one dataset's cache, a slot each
 //   cache_queue.h  the ReadQueue over the synchronous read path
@@ -24,6 +25,7 @@
 #include "cache/jobs.h"
 #include "cache/planner.h"
 #include "cache/ranking.h"
+#include "cache/shared_orders.h"
 #include "cache/shard_files.h"
 #include "cache/space.h"
 #include "stoker/cache.h"
@@ -93,6 +95,7 @@ class NodeCacheImpl final : public NodeCache {
   // The limit holds every shard of the dataset, on a local file system: per-
   // sample reads of the cache files are cheap (capabilities()).
   bool holds_dataset_locally_ = false;
+  std::unique_ptr<SharedOrders> orders_;  // outlives planner_ (declared before)
   Planner planner_;
   std::thread prefetcher_;
   std::atomic<uint64_t> epoch_{0};

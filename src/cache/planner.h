@@ -6,6 +6,13 @@
 // of any job that still need it, each from where it is (ranks drift apart
 // within an epoch: one rank's progress says little about the others').
 //
+// Begin takes this epoch's order from the one prepared during the last epoch
+// (as that epoch's next) and prepares the next epoch's in the background, at
+// a low priority: until it is there, View::next is empty (a shard not needed
+// this epoch counts as needed never). With nothing prepared (the first epoch,
+// a resume) it computes both. Orders are shared by the node's processes
+// through the cache folder (shared_orders.h) when ShareThrough names it.
+//
 // Thread safety: Begin, Unplanned, Current and SetOthers may be called from any
 // thread; the functions that take a FolderTables run under its lock.
 #pragma once
@@ -15,10 +22,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cache/folder.h"
 #include "cache/need_order.h"
+#include "cache/shared_orders.h"
 
 namespace stoker::cache_internal {
 
@@ -28,6 +37,14 @@ class Planner {
       : dataset_id_(dataset_id),
         shard_samples_(std::move(shard_samples)),
         ranks_per_node_(ranks_per_node) {}
+  ~Planner();
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+
+  // Orders from now on from `orders` (the cache folder's, outliving this);
+  // none (the default): computed by this process in memory of its own.
+  // Before the first Begin.
+  void ShareThrough(SharedOrders* orders) { orders_ = orders; }
 
   // One job's orders in one epoch, and its slot in the table.
   struct JobView {
@@ -43,8 +60,13 @@ class Planner {
     explicit operator bool() const { return cur != nullptr; }
   };
 
-  // This process's epoch, its job in table slot `job`.
+  // This process's epoch, its job in table slot `job`: this epoch's order
+  // now (prepared, or computed), the next's in the background if this one's
+  // was prepared, else now too.
   Status Begin(const PlanOptions& plan, uint64_t epoch, uint64_t position, uint32_t job);
+  // Blocks until the next epoch's order that Begin started is there (or
+  // failed); for tests, which want a View with both.
+  void AwaitNext();
   // No slot for this job: Current() is empty (the cache evicts LRU).
   void Unplanned();
   View Current() const;
@@ -55,6 +77,8 @@ class Planner {
   // Blocks until the plan or this rank's progress changes since `seen` (or
   // `timeout`, or Stop); false once stopped.
   bool WaitForChange(uint64_t* seen, std::chrono::milliseconds timeout);
+  // Ends WaitForChange and waits for the next epoch's order, if one is
+  // being computed.
   void Stop();
 
   // Under the folder lock: this rank has read shard s.
@@ -94,11 +118,25 @@ class Planner {
     JobSlot slot;
     JobView view;
   };
+  // The next epoch's order, computed by `preparer_`.
+  struct Prepared {
+    OrderKey key;
+    std::shared_ptr<const NeedOrder> order;  // null when it failed
+    bool done = false;
+  };
+
+  Result<std::shared_ptr<const NeedOrder>> Order(const PlanOptions& plan, uint32_t ranks_per_node,
+                                                 uint64_t epoch, uint64_t position);
+  void JoinPreparer();
 
   const uint64_t dataset_id_;
   const std::vector<uint32_t> shard_samples_;
   const uint32_t ranks_per_node_;
+  SharedOrders* orders_ = nullptr;
+  std::thread preparer_;  // joined by Begin and Stop (called by one thread)
   mutable std::mutex mu_;
+  std::shared_ptr<Prepared> prepared_;
+  uint64_t begun_ = 0;  // Begin and Unplanned calls: the preparer's result is for the last
   std::condition_variable cv_;
   View view_;
   std::vector<Other> others_;

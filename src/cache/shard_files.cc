@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,6 +77,13 @@ Status ShardFiles::RemoveOrphans(const std::function<bool(uint32_t)>& orphan) co
   while (dirent* e = readdir(d)) {
     unsigned s;
     int pid;
+    if (std::sscanf(e->d_name, ".order-%d-%u", &pid, &s) == 2) {
+      // A need order being written (shared_orders.h) by a process now gone.
+      if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
+        unlink((dir_ + "/" + e->d_name).c_str());
+      }
+      continue;
+    }
     if (std::sscanf(e->d_name, ".tmp-%u-%d", &s, &pid) != 2) continue;
     if (orphan(s)) unlink((dir_ + "/" + e->d_name).c_str());
   }

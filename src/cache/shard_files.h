@@ -33,7 +33,8 @@ class ShardFiles {
   // says so at open, rather than at the first fetch.
   Status Probe() const;
   // Removes temporary files whose writer is gone: `orphan(shard)` says
-  // whether shard's fetcher is gone (its fetch lock is free).
+  // whether shard's fetcher is gone (its fetch lock is free); a need order's
+  // (shared_orders.h) when its process is.
   Status RemoveOrphans(const std::function<bool(uint32_t)>& orphan) const;
 
   static uint64_t CtimeNs(const struct stat& st) {
