@@ -118,6 +118,12 @@ class LoaderHandle {
     return Locked([](Loader& l) { return l.num_batches(); });
   }
 
+  // The C++ plan's batch count for (epoch, position): len() and
+  // num_batches in Python are this, never recomputed there.
+  uint64_t BatchesFrom(uint64_t epoch, uint64_t position) {
+    return Unwrap(Locked([&](Loader& l) { return l.BatchesFrom(epoch, position); }));
+  }
+
   // Positions of one epoch: samples, or token windows (sequence_length).
   uint64_t EpochPositions() {
     return Locked([](Loader& l) { return l.epoch_positions(); });
@@ -443,6 +449,7 @@ void BindLoader(py::module_& m) {
       .def("start_epoch", &LoaderHandle::StartEpoch, py::arg("epoch"), py::arg("position"))
       .def("num_batches", &LoaderHandle::NumBatches)
       .def("epoch_positions", &LoaderHandle::EpochPositions)
+      .def("batches_from", &LoaderHandle::BatchesFrom, py::arg("epoch"), py::arg("position"))
       .def("state", &LoaderHandle::State)
       .def("identified_state", &LoaderHandle::Identified, py::arg("epoch"), py::arg("position"))
       .def("check_resume", &LoaderHandle::CheckResume, py::arg("state"))

@@ -453,6 +453,12 @@ class Loader {
 
   // Batches this rank gets in the current epoch, from where it started.
   virtual uint64_t num_batches() const = 0;
+  // Batches this rank would get in `epoch` from global `position` (what
+  // num_batches() says after StartEpoch(epoch, position)) without starting
+  // it: the plan's own count, drop_last, padding and node affinity
+  // included, so that no caller recomputes it. Errors: those StartEpoch
+  // gives for that position. O(shards) unless it is the current epoch's.
+  virtual Result<uint64_t> BatchesFrom(uint64_t epoch, uint64_t position) const = 0;
   // The state after the last batch Next() returned.
   virtual LoaderState state() const = 0;
   virtual LoaderStats stats() const = 0;

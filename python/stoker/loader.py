@@ -643,15 +643,9 @@ class Loader:
         return self._batches_from(self._iter_start if self._started else self._resume)
 
     def _batches_from(self, position):
-        # plan.h: drop_last gives floor(rest / (world * batch)) batches; padding
-        # gives ceil(rest / world) samples, in ceil(. / batch) batches.
-        rest = self._impl.epoch_positions() - position  # samples, or token windows
-        if self.drop_last:
-            return rest // (self.world_size * self.batch_size)
-        per_rank = -(-rest // self.world_size)
-        if self.sequence_length:  # token windows: no padding, the remainder is left out
-            per_rank = rest // self.world_size
-        return -(-per_rank // self.batch_size)
+        # The C++ plan's count (drop_last, padding, node affinity, token
+        # windows): one source of truth.
+        return self._impl.batches_from(self._epoch, position)
 
     # -- epochs and resume --
 

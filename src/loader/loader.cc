@@ -87,6 +87,7 @@ class LoaderImpl final : public Loader {
   Status StartEpoch(uint64_t epoch, uint64_t position) override;
   Result<Batch> Next() override;
   uint64_t num_batches() const override { return epoch_ ? epoch_->plan.num_batches() : 0; }
+  Result<uint64_t> BatchesFrom(uint64_t epoch, uint64_t position) const override;
   LoaderState state() const override { return last_state_; }
   std::string_view read_unit() const override {
     return mapped_reads_ ? "map" : sample_reads_ ? "sample" : "shard";
@@ -251,18 +252,33 @@ Result<MemoryPlan> LoaderImpl::SizeMemory(const Schedule& schedule) const {
   return PlanMemory(n, machine_memory_);
 }
 
+// The plan's options from the loader's.
+PlanOptions PlanOptionsOf(const LoaderOptions& o) {
+  PlanOptions po;
+  po.seed = o.seed;
+  po.shuffle = o.shuffle;
+  po.shuffle_window_shards = o.shuffle_window_shards;
+  po.batch_size = o.batch_size;
+  po.rank = o.rank;
+  po.world_size = o.world_size;
+  po.drop_last = o.drop_last;
+  po.node_affinity = o.node_affinity;
+  po.ranks_per_node = o.ranks_per_node;
+  return po;
+}
+
+Result<uint64_t> LoaderImpl::BatchesFrom(uint64_t epoch, uint64_t position) const {
+  if (epoch_ && epoch_->plan.epoch() == epoch && epoch_->plan.start_position() == position) {
+    return epoch_->plan.num_batches();
+  }
+  STOKER_ASSIGN_OR_RETURN(EpochPlan plan, EpochPlan::Make(manifest_.Id64(), shard_samples_,
+                                                          PlanOptionsOf(options_), epoch, position));
+  return plan.num_batches();
+}
+
 Status LoaderImpl::StartEpoch(uint64_t epoch, uint64_t position) {
   epoch_.reset();
-  PlanOptions po;
-  po.seed = options_.seed;
-  po.shuffle = options_.shuffle;
-  po.shuffle_window_shards = options_.shuffle_window_shards;
-  po.batch_size = options_.batch_size;
-  po.rank = options_.rank;
-  po.world_size = options_.world_size;
-  po.drop_last = options_.drop_last;
-  po.node_affinity = options_.node_affinity;
-  po.ranks_per_node = options_.ranks_per_node;
+  const PlanOptions po = PlanOptionsOf(options_);
   STOKER_ASSIGN_OR_RETURN(EpochPlan plan,
                           EpochPlan::Make(manifest_.Id64(), shard_samples_, po, epoch, position));
   if (auto* cache = dynamic_cast<NodeCache*>(store_.get())) {

@@ -125,6 +125,7 @@ class TokenLoader final : public Loader {
   Status StartEpoch(uint64_t epoch, uint64_t position) override;
   Result<Batch> Next() override;
   uint64_t num_batches() const override { return num_batches_; }
+  Result<uint64_t> BatchesFrom(uint64_t epoch, uint64_t position) const override;
   LoaderState state() const override { return last_state_; }
   LoaderStats stats() const override;
   std::string_view read_unit() const override { return "range"; }
@@ -169,6 +170,26 @@ void TokenLoader::Stop() {
   ready_.clear();
 }
 
+// A rank's windows of an epoch of `windows` from global `position`: the
+// same count on every rank; the remainder is left out.
+uint64_t RankWindows(uint64_t windows, uint64_t position, const LoaderOptions& o) {
+  uint64_t n = (windows - position) / o.world_size;
+  if (o.drop_last) n = n / o.batch_size * o.batch_size;
+  return n;
+}
+
+Result<uint64_t> TokenLoader::BatchesFrom(uint64_t /*epoch*/, uint64_t position) const {
+  // Every epoch has as many windows (the documents' order changes, not
+  // their tokens); windows_ is built at open.
+  if (position > windows_.size()) {
+    return InvalidArgument("resume position " + std::to_string(position) +
+                           " is past the end of the epoch (" + std::to_string(windows_.size()) +
+                           " windows)");
+  }
+  return (RankWindows(windows_.size(), position, options_) + options_.batch_size - 1) /
+         options_.batch_size;
+}
+
 Status TokenLoader::StartEpoch(uint64_t epoch, uint64_t position) {
   Stop();
   if (!have_windows_ || epoch != epoch_) {
@@ -184,9 +205,8 @@ Status TokenLoader::StartEpoch(uint64_t epoch, uint64_t position) {
   }
   epoch_ = epoch;
   start_ = position;
-  const uint64_t world = options_.world_size, batch = options_.batch_size;
-  rank_windows_ = (windows_.size() - position) / world;
-  if (options_.drop_last) rank_windows_ = rank_windows_ / batch * batch;
+  const uint64_t batch = options_.batch_size;
+  rank_windows_ = RankWindows(windows_.size(), position, options_);
   num_batches_ = (rank_windows_ + batch - 1) / batch;
   last_state_ = StateAt(position);
   std::lock_guard lock(mu_);

@@ -48,6 +48,9 @@ class MeteredLoader final : public Loader {
   }
 
   uint64_t num_batches() const override { return target_->num_batches(); }
+  Result<uint64_t> BatchesFrom(uint64_t epoch, uint64_t position) const override {
+    return target_->BatchesFrom(epoch, position);
+  }
   LoaderState state() const override { return target_->state(); }
   LoaderStats stats() const override { return target_->stats(); }
   std::string_view read_unit() const override { return target_->read_unit(); }
