@@ -113,12 +113,23 @@ std::string LayoutText(const TensorLayout& l, std::span<const int64_t> shape);
 // element size. The memory is only read, and only during Save (sync) or
 // until SaveAsync returns (async). A piece of a sharded tensor says where it
 // lies in `layout` (a box: shape is its lengths; flat: shape is [numel]).
+//
+// Device memory (docs/checkpoint.md §9): with `device` >= 0, data is memory
+// of CUDA device `device`, written by work queued on `stream` (a
+// cudaStream_t; null: the legacy default stream). The checkpointer copies it
+// to pinned host staging itself, on a copy stream of its own that waits for
+// an event recorded on `stream` at the call; SaveAsync returns once the
+// copies are queued, and the caller must not change the tensor until
+// SaveHandle::WaitStaged returns (the one window where changing it is the
+// caller's error).
 struct TensorRef {
   std::string name;
   DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;
   std::span<const std::byte> data;
   TensorLayout layout;
+  int device = -1;  // -1: host memory
+  void* stream = nullptr;
 };
 
 struct SaveOptions {
@@ -172,6 +183,21 @@ struct SaveOptions {
 struct CheckpointerOptions {
   // Chunk writes (and restore reads) in flight at once. Default: 8.
   uint32_t io_threads = 8;
+  // How device tensors reach host memory on a save (docs/checkpoint.md §9).
+  // kSnapshot: every device tensor of a save is copied into one pinned
+  // staging area (as large as the largest save's device bytes, allocated
+  // once and reused by every save), writes starting as each slice lands; an
+  // asynchronous save returns once the copies are queued. Memory: pinned
+  // host memory of the device state's size, kept. kBounded: a ring of
+  // staging_ring_bytes of pinned buffers, one chunk each, refilled as chunks
+  // are written: for nodes without host memory for a whole copy; then
+  // WaitStaged (the window in which the tensors must not change) lasts
+  // about the whole save, at the store's speed. Default: kSnapshot.
+  enum class DeviceStaging { kSnapshot, kBounded };
+  DeviceStaging device_staging = DeviceStaging::kSnapshot;
+  // kBounded's ring, and the pinned buffers a restore into device memory
+  // reads through (at least two chunks' worth). Default: 256 MiB.
+  uint64_t staging_ring_bytes = 256ull << 20;
   // Attempts after a failed chunk, part or manifest write whose error is
   // retryable (a RADOS timeout, an unavailable OSD); other errors (a full
   // disk, a refused write) fail the save at once. Default: 3.
@@ -204,6 +230,11 @@ class SaveHandle {
   Status Wait() const;
   // Waits until `deadline`; TimedOut if the save is still running then.
   Status WaitUntil(Deadline deadline) const;
+  // Waits until every device tensor of the save has been copied to host
+  // staging (at once for a save without device tensors): from then on the
+  // caller may change them, e.g. the optimizer step. Ok, or the error that
+  // failed the copies (which also fails the save).
+  Status WaitStaged() const;
   const std::string& name() const;
   // Calls `f` with the save's outcome once it has finished: at once, on
   // this thread, if it has; else on the thread that finishes it, just
@@ -329,6 +360,10 @@ struct TensorDestination {
   TensorLayout layout;
   DType dtype = DType::kUInt8;  // layouts other than kWhole: checked against the stored one
   std::vector<int64_t> shape;   // layouts other than kWhole: the piece's shape
+  // Memory of CUDA device `device` (-1: host): its bytes are read into a
+  // pinned ring, checked there, and copied in on a copy stream; RestoreInto
+  // returns once they have landed.
+  int device = -1;
 };
 
 // What Verify found.

@@ -18,6 +18,7 @@
 #include "ckpt/catalog.h"
 #include "ckpt/chunk_writer.h"
 #include "ckpt/coordinator.h"
+#include "ckpt/device_staging.h"
 #include "ckpt/records.h"
 #include "ckpt/reshard.h"
 #include "ckpt/restore.h"
@@ -36,6 +37,7 @@ struct SaveHandle::State {
   mutable bool observed = false;
   Status status;
   std::vector<std::function<void(const Status&)>> on_done;  // SaveHandle::OnDone
+  std::shared_ptr<ckpt::StagedSave> staged;  // device copies; null without device tensors
 
   // The OnDone callbacks run before done is set, so that a waiter wakes to
   // their effects (a counted save); status no longer changes while they run.
@@ -92,6 +94,11 @@ void SaveHandle::OnDone(std::function<void(const Status&)> f) const {
   f(state_->status);
 }
 
+Status SaveHandle::WaitStaged() const {
+  if (!state_) return InvalidArgument("SaveHandle: empty handle");
+  return state_->staged ? state_->staged->WaitStaged() : Status::Ok();
+}
+
 const std::string& SaveHandle::name() const {
   static const std::string kEmpty;
   return state_ ? state_->name : kEmpty;
@@ -129,13 +136,15 @@ std::string TensorProblem(const TensorRef& t) {
 
 class CheckpointerImpl final : public Checkpointer {
  public:
-  CheckpointerImpl(std::shared_ptr<Store> store, const CheckpointerOptions& options)
+  CheckpointerImpl(std::shared_ptr<Store> store, const CheckpointerOptions& options,
+                   std::shared_ptr<ckpt::DeviceRuntime> runtime)
       : store_(std::move(store)),
         opt_(Fixed(options)),
         retrying_(ckpt::WithWriteRetries(store_, opt_.write_retries, opt_.retry_backoff)),
         writer_(retrying_, opt_.io_threads),
         catalog_(retrying_),
-        restorer_(store_, opt_) {}
+        copier_(std::make_shared<ckpt::DeviceCopier>(std::move(runtime), opt_)),
+        restorer_(store_, opt_, copier_) {}
 
   ~CheckpointerImpl() override {
     std::lock_guard<std::mutex> l(save_mu_);
@@ -154,7 +163,19 @@ class CheckpointerImpl final : public Checkpointer {
     if (Status p = Prepare(name, options); !p.ok()) {
       return coordinator->Finish(std::string(name), p, {}, "", options, nullptr);
     }
-    return WriteAndCommit(std::string(name), tensors, options, *coordinator);
+    // Device tensors: copied as the chunks that hold them are written.
+    auto staged = copier_->Start(tensors, options.chunk_bytes);
+    if (!staged.ok()) {
+      return coordinator->Finish(std::string(name),
+                                 staged.status().WithContext("save of " + Where(name)), {}, "",
+                                 options, nullptr);
+    }
+    std::shared_ptr<ckpt::StagedSave> device = *staged;
+    const std::span<const TensorRef> refs =
+        device ? std::span<const TensorRef>(device->tensors()) : tensors;
+    Status s = WriteAndCommit(std::string(name), refs, options, *coordinator, device.get());
+    if (device) device->Finish(s);
+    return s;
   }
 
   Result<SaveHandle> SaveAsync(std::string_view name, std::span<const TensorRef> tensors,
@@ -167,13 +188,34 @@ class CheckpointerImpl final : public Checkpointer {
     if (Status p = Prepare(name, options); !p.ok()) {
       return coordinator->Finish(std::string(name), p, {}, "", options, nullptr);
     }
-    STOKER_ASSIGN_OR_RETURN(std::vector<TensorRef> staged, staging_.Snapshot(tensors));
+    // Device tensors first (their copies queued, ordered after the callers'
+    // streams), then the host tensors copied into the host staging area.
+    auto device = copier_->Start(tensors, options.chunk_bytes);
+    if (!device.ok()) {
+      return coordinator->Finish(std::string(name),
+                                 device.status().WithContext("save of " + Where(name)), {}, "",
+                                 options, nullptr);
+    }
+    std::vector<TensorRef> host;
+    std::vector<size_t> host_index;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].device < 0) {
+        host.push_back(tensors[i]);
+        host_index.push_back(i);
+      }
+    }
+    STOKER_ASSIGN_OR_RETURN(std::vector<TensorRef> host_staged, staging_.Snapshot(host));
+    std::vector<TensorRef> staged = *device ? (*device)->tensors()
+                                            : std::vector<TensorRef>(tensors.begin(), tensors.end());
+    for (size_t k = 0; k < host_index.size(); ++k) staged[host_index[k]] = host_staged[k];
     auto state = std::make_shared<SaveHandle::State>();
     state->name = std::string(name);
     state->uri = uri();
+    state->staged = *device;
     background_ = state;
     bg_ = std::thread([this, state, staged = std::move(staged), options, coordinator]() {
-      Status s = WriteAndCommit(state->name, staged, options, *coordinator);
+      Status s = WriteAndCommit(state->name, staged, options, *coordinator, state->staged.get());
+      if (state->staged) state->staged->Finish(s);
       if (!s.ok()) {
         // Never silently dropped: said here, and kept in the handle.
         std::fprintf(stderr, "stoker: background save of checkpoint %s failed: %s\n",
@@ -302,7 +344,8 @@ class CheckpointerImpl final : public Checkpointer {
   // §1.1: chunks, part record, then the coordinator (and, on rank 0, the
   // catalog's commit).
   Status WriteAndCommit(const std::string& name, std::span<const TensorRef> tensors,
-                        const SaveOptions& o, ckpt::Coordinator& coordinator) {
+                        const SaveOptions& o, ckpt::Coordinator& coordinator,
+                        ckpt::ChunkSource* source) {
     auto fail = [&](Status st) { return coordinator.Finish(name, std::move(st), {}, "", o, {}); };
     // Rank 0 claims the commit's sequence first, so that the claim is made
     // durable by the chunks' sync (Catalog::Claim).
@@ -312,16 +355,17 @@ class CheckpointerImpl final : public Checkpointer {
       if (!claimed.ok()) return fail(claimed.status());
       sequence = *claimed;
     }
-    Status s = WriteAndFinish(name, tensors, o, coordinator, sequence);
+    Status s = WriteAndFinish(name, tensors, o, coordinator, sequence, source);
     if (!s.ok() && o.rank == 0) catalog_.Release(name, sequence);
     return s;
   }
 
   Status WriteAndFinish(const std::string& name, std::span<const TensorRef> tensors,
-                        const SaveOptions& o, ckpt::Coordinator& coordinator, uint64_t sequence) {
+                        const SaveOptions& o, ckpt::Coordinator& coordinator, uint64_t sequence,
+                        ckpt::ChunkSource* source) {
     auto fail = [&](Status st) { return coordinator.Finish(name, std::move(st), {}, "", o, {}); };
     auto part = writer_.Write(name, o.rank, tensors, o.chunk_bytes,
-                              o.format_version >= 2 ? o.checksum_block_bytes : 0);
+                              o.format_version >= 2 ? o.checksum_block_bytes : 0, source);
     if (!part.ok()) return fail(part.status().WithContext("save of " + Where(name)));
     PartRecord rec{o.format_version, name, o.world_size, o.attempt, std::move(*part)};
     const std::string encoded = ckpt::EncodePart(rec);
@@ -338,6 +382,7 @@ class CheckpointerImpl final : public Checkpointer {
   const std::shared_ptr<Store> retrying_;  // store_ with write retries
   ckpt::ChunkWriter writer_;
   ckpt::Catalog catalog_;
+  const std::shared_ptr<ckpt::DeviceCopier> copier_;
   ckpt::Restorer restorer_;
   std::mutex save_mu_;  // one save at a time; guards the members below
   ckpt::StagingArea staging_;
@@ -349,8 +394,16 @@ class CheckpointerImpl final : public Checkpointer {
 
 std::unique_ptr<Checkpointer> NewCheckpointer(std::shared_ptr<Store> store,
                                               const CheckpointerOptions& options) {
-  return std::make_unique<CheckpointerImpl>(std::move(store), options);
+  return std::make_unique<CheckpointerImpl>(std::move(store), options, ckpt::CudaDeviceRuntime());
 }
+
+namespace ckpt {
+std::unique_ptr<Checkpointer> NewCheckpointerOn(std::shared_ptr<Store> store,
+                                                const CheckpointerOptions& options,
+                                                std::shared_ptr<DeviceRuntime> runtime) {
+  return std::make_unique<CheckpointerImpl>(std::move(store), options, std::move(runtime));
+}
+}  // namespace ckpt
 
 Result<std::unique_ptr<Checkpointer>> OpenCheckpointer(std::string_view uri,
                                                        const CheckpointerOptions& options) {

@@ -28,7 +28,7 @@ std::vector<ChunkPlan> PlanChunks(std::span<const TensorRef> tensors, uint64_t c
         ChunkPlan c;
         c.offset = stream + off;
         c.bytes = std::min(chunk, n - off);
-        c.segments.push_back({t.data.data() + off, c.bytes});
+        c.segments.push_back({t.data.data() + off, c.bytes, t.device});
         plan.push_back(std::move(c));
       }
       stream += n;
@@ -36,7 +36,7 @@ std::vector<ChunkPlan> PlanChunks(std::span<const TensorRef> tensors, uint64_t c
       continue;
     }
     if (group.bytes + n > chunk) flush();
-    group.segments.push_back({t.data.data(), n});
+    group.segments.push_back({t.data.data(), n, t.device});
     group.bytes += n;
     stream += n;
   }
@@ -122,7 +122,7 @@ Result<std::vector<TensorRef>> StagingArea::Snapshot(std::span<const TensorRef> 
 
 Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
                                     std::span<const TensorRef> tensors, uint64_t chunk_bytes,
-                                    uint64_t block_bytes) {
+                                    uint64_t block_bytes, ChunkSource* source) {
   RankPart part = DescribeTensors(tensors);
   part.rank = rank;
   const std::vector<ChunkPlan> plan = PlanChunks(tensors, chunk_bytes);
@@ -133,7 +133,19 @@ Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
   Status s = ParallelFor(plan.size(), io_threads_, [&](size_t i, size_t w) -> Status {
     const ChunkPlan& c = plan[i];
     std::span<const std::byte> data;
-    if (c.segments.size() == 1) {
+    if (source != nullptr) {
+      STOKER_ASSIGN_OR_RETURN(data, source->Acquire(i, c));
+    }
+    struct Released {
+      ChunkSource* s;
+      size_t i;
+      ~Released() {
+        if (s != nullptr) s->Release(i);
+      }
+    } released{source, i};
+    if (!data.empty()) {
+      // From the source.
+    } else if (c.segments.size() == 1) {
       data = {c.segments[0].src, c.segments[0].bytes};
     } else {
       std::byte* gather = scratch[w].Get(c.bytes);

@@ -33,10 +33,12 @@ class BlockHasher {
   std::vector<uint64_t> done_;
 };
 
-// One piece of a chunk: bytes of one tensor.
+// One piece of a chunk: bytes of one tensor (device memory where device
+// >= 0).
 struct Segment {
   const std::byte* src = nullptr;
   size_t bytes = 0;
+  int device = -1;
 };
 
 // One chunk to write: its place in the rank's stream and its pieces.
@@ -69,6 +71,19 @@ class StagingArea {
   std::unique_ptr<internal::MappedMemory> memory_;
 };
 
+// Where a chunk's bytes come from when they are not all in host memory yet
+// (device tensors: device_staging.h). Called from the writer's threads.
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  // Before chunk `index` (planned as `c`) is written: its bytes, or an empty
+  // span when its segments' memory may now be read as it is. May block.
+  virtual Result<std::span<const std::byte>> Acquire(size_t index, const ChunkPlan& c) = 0;
+  // After its write (whatever the write's outcome), for each Acquire that
+  // succeeded.
+  virtual void Release(size_t index) = 0;
+};
+
 class ChunkWriter {
  public:
   // `store` retries what is retryable (WithWriteRetries).
@@ -81,8 +96,10 @@ class ChunkWriter {
   // with its chunks.
   // `block_bytes` > 0: each chunk gets a checksum per block of that size
   // (format 2, §4.1); 0: one per chunk (format 1).
+  // `source`, when given, is asked for each chunk's bytes first.
   Result<RankPart> Write(const std::string& name, uint32_t rank, std::span<const TensorRef> tensors,
-                         uint64_t chunk_bytes, uint64_t block_bytes);
+                         uint64_t chunk_bytes, uint64_t block_bytes,
+                         ChunkSource* source = nullptr);
 
   // Puts a small object (a part record, a manifest) durably.
   Status PutSmall(const std::string& key, std::span<const std::byte> data);

@@ -239,8 +239,8 @@ Result<std::map<std::string, Global, std::less<>>> Index(const CheckpointManifes
 // before it where both continue it.
 class Copies {
  public:
-  Copies(std::vector<PieceCopy>* out, std::byte* dst, size_t elem)
-      : out_(out), dst_(dst), elem_(elem), first_(out->size()) {}
+  Copies(std::vector<PieceCopy>* out, std::byte* dst, size_t elem, int device)
+      : out_(out), dst_(dst), elem_(elem), device_(device), first_(out->size()) {}
   // `count` elements at element `src` of stored tensor t into element `at`
   // of the destination.
   void Add(const TensorInfo& t, int64_t src, int64_t at, int64_t count) {
@@ -255,7 +255,7 @@ class Copies {
         return;
       }
     }
-    out_->push_back({t.rank, so, d, n});
+    out_->push_back({t.rank, so, d, n, device_});
   }
   uint64_t bytes() const { return bytes_; }
   size_t first() const { return first_; }
@@ -264,6 +264,7 @@ class Copies {
   std::vector<PieceCopy>* out_;
   std::byte* dst_;
   size_t elem_;
+  int device_;
   size_t first_;
   uint64_t bytes_ = 0;
 };
@@ -374,7 +375,7 @@ Result<std::vector<PieceCopy>> PlanReshard(const CheckpointManifest& m,
       return refuse("its memory is " + std::to_string(d.data.size()) +
                     " bytes, its shape makes " + std::to_string(numel * int64_t(elem)));
     }
-    Copies copies(&out, d.data.data(), elem);
+    Copies copies(&out, d.data.data(), elem, d.device);
     const Box global{Dims(g.shape.size(), 0), g.shape};
     const Dims gstride = Strides(g.shape);
     if (d.layout.kind == TensorLayout::Kind::kBox) {

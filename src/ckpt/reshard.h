@@ -31,6 +31,7 @@ struct PieceCopy {
   uint64_t stream_offset = 0;
   std::byte* dst = nullptr;
   uint64_t bytes = 0;
+  int device = -1;  // dst is memory of this CUDA device (-1: host)
 };
 
 // The copies that fill every destination of `dst` (each with a layout other

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "ckpt/chunk_writer.h"
+#include "ckpt/device_staging.h"
 #include "ckpt/parallel.h"
 #include "ckpt/reshard.h"
 #include "core/aligned_memory.h"
@@ -351,7 +352,8 @@ Status Restorer::ReadTensors(const CheckpointManifest& m,
                                  hash.emplace(chunk);
                                  return [&hash](std::span<const std::byte> p) { hash->Update(p); };
                                });
-    if (!got.ok()) return got.status();    if (*got != chunk.bytes) {
+    if (!got.ok()) return got.status();
+    if (*got != chunk.bytes) {
       return Corruption(KeyUri(chunk.key) + ": truncated: " + std::to_string(*got) +
                         " bytes, the manifest says " + std::to_string(chunk.bytes) +
                         ChunkContext(part, chunk));
@@ -400,14 +402,36 @@ Result<Restored> Restorer::Restore(CheckpointManifest m, const RestoreOptions& o
 
 Status Restorer::RestoreInto(const CheckpointManifest& m, std::span<const TensorDestination> all,
                              const RestoreOptions& o) {
-  std::vector<TensorDestination> dst, pieces;
+  std::vector<TensorDestination> dst, pieces, device;
   for (const TensorDestination& d : all) {
-    (d.layout.kind == TensorLayout::Kind::kWhole ? dst : pieces).push_back(d);
+    if (d.layout.kind != TensorLayout::Kind::kWhole) {
+      pieces.push_back(d);
+    } else {
+      (d.device >= 0 ? device : dst).push_back(d);
+    }
   }
-  if (!pieces.empty()) {
-    STOKER_RETURN_IF_ERROR(RestoreResharded(m, pieces));
-    if (dst.empty()) return Status::Ok();
+  if (!pieces.empty()) STOKER_RETURN_IF_ERROR(RestoreResharded(m, pieces));
+  if (!device.empty()) {
+    // Whole tensors into device memory: the bytes of each tensor, through
+    // the pinned ring.
+    std::vector<std::string> names;
+    for (const TensorDestination& d : device) names.push_back(d.name);
+    STOKER_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> wanted, Select(m, o, names));
+    std::vector<PieceCopy> copies;
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      if (device[i].data.size() != wanted[i]->bytes) {
+        return InvalidArgument("restore of checkpoint " + m.name + " at " + store_->uri() +
+                               ": tensor '" + wanted[i]->name + "' is " +
+                               std::to_string(wanted[i]->bytes) + " bytes, its destination " +
+                               std::to_string(device[i].data.size()));
+      }
+      if (wanted[i]->bytes == 0) continue;
+      copies.push_back({wanted[i]->rank, wanted[i]->offset, device[i].data.data(),
+                        wanted[i]->bytes, device[i].device});
+    }
+    STOKER_RETURN_IF_ERROR(ReadCopies(m, std::move(copies)));
   }
+  if (dst.empty()) return Status::Ok();
   std::vector<std::string> names;
   for (const TensorDestination& d : dst) names.push_back(d.name);
   STOKER_ASSIGN_OR_RETURN(std::vector<const TensorInfo*> wanted, Select(m, o, names));
@@ -426,11 +450,16 @@ Status Restorer::RestoreInto(const CheckpointManifest& m, std::span<const Tensor
 
 namespace {
 
+// The most a span of blocks holds (rounded to whole blocks): the buffer it
+// is read into, pinned where it goes to a device.
+constexpr uint64_t kSpanBytes = 16ull << 20;
+
 // A copy out of a span of blocks read into a buffer.
 struct SpanCopy {
   uint64_t at;  // in the chunk
   std::byte* dst;
   uint64_t bytes;
+  int device;  // of dst; -1: host
 };
 
 // One read of a resharded restore: blocks [first, last) of one chunk, and
@@ -465,20 +494,26 @@ Result<std::vector<BlockSpan>> PlanSpans(const CheckpointManifest& m,
       if (in >= chunk.bytes) return Internal("reshard: a copy past the last chunk");
       const uint64_t n = std::min(left, chunk.bytes - in);
       const uint64_t block = chunk.block_hashes.empty() ? chunk.bytes : chunk.block_bytes;
+      // A span stays inside one window of whole blocks of about
+      // kSpanBytes, so that its buffer (pinned, for a device) is bounded.
+      const uint64_t window = std::max<uint64_t>(block, kSpanBytes / block * block);
+      const uint64_t cut = std::min(n, (in / window + 1) * window - in);
       const uint64_t begin = in / block * block;
-      const uint64_t end = std::min(chunk.bytes, (in + n + block - 1) / block * block);
+      const uint64_t end = std::min(chunk.bytes, (in + cut + block - 1) / block * block);
       const size_t index = static_cast<size_t>(ch - part.chunks.begin());
       BlockSpan* last = spans.empty() ? nullptr : &spans.back();
-      if (last != nullptr && last->rank == c.rank && last->chunk == index && begin <= last->end) {
+      if (last != nullptr && last->rank == c.rank && last->chunk == index && begin <= last->end &&
+          begin / window == last->begin / window) {
         last->end = std::max(last->end, end);
       } else {
         spans.push_back({c.rank, index, begin, end, {}});
         last = &spans.back();
       }
-      last->copies.push_back({in, dst, n});
-      at += n;
-      dst += n;
-      left -= n;
+      last->copies.push_back({in, dst, cut, c.device});
+      const uint64_t done = cut;
+      at += done;
+      dst += done;
+      left -= done;
     }
   }
   return spans;
@@ -490,6 +525,15 @@ Status Restorer::RestoreResharded(const CheckpointManifest& m,
                                   std::span<const TensorDestination> dst) {
   const std::string where = "restore of checkpoint " + m.name + " at " + store_->uri();
   STOKER_ASSIGN_OR_RETURN(std::vector<PieceCopy> copies, PlanReshard(m, dst, where));
+  return ReadCopies(m, std::move(copies));
+}
+
+Status Restorer::ReadCopies(const CheckpointManifest& m, std::vector<PieceCopy> copies) {
+  const bool device = std::any_of(copies.begin(), copies.end(),
+                                  [](const PieceCopy& c) { return c.device >= 0; });
+  if (device && copier_ == nullptr) {
+    return Unsupported("restore of checkpoint " + m.name + ": no device copier for device memory");
+  }
   STOKER_ASSIGN_OR_RETURN(std::vector<BlockSpan> spans, PlanSpans(m, std::move(copies)));
   const size_t workers = Workers(spans.size(), opt_.io_threads);
   std::vector<internal::ScratchBuffer> scratch(workers);
@@ -500,7 +544,22 @@ Status Restorer::RestoreResharded(const CheckpointManifest& m,
     const RankPart& part = m.ranks[span.rank];
     const ChunkInfo& chunk = part.chunks[span.chunk];
     const uint64_t n = span.end - span.begin;
-    std::byte* buf = scratch[w].Get(n);
+    // Spans with device destinations are read into pinned memory (the
+    // ring), so the copies in are DMA from it.
+    const bool to_device = std::any_of(span.copies.begin(), span.copies.end(),
+                                       [](const SpanCopy& c) { return c.device >= 0; });
+    std::span<std::byte> pinned;
+    if (to_device) {
+      STOKER_ASSIGN_OR_RETURN(pinned, copier_->TakeBuffer(n));
+    }
+    struct GiveBack {
+      DeviceCopier* c;
+      std::span<std::byte> b;
+      ~GiveBack() {
+        if (!b.empty()) c->GiveBack(b);
+      }
+    } give_back{copier_.get(), pinned};
+    std::byte* buf = to_device ? pinned.data() : scratch[w].Get(n);
     std::vector<Piece> pieces;
     for (uint64_t o = 0; o < n; o += kReadPiece) {
       pieces.push_back({span.begin + o, {buf + o, static_cast<size_t>(std::min(kReadPiece, n - o))}});
@@ -517,7 +576,8 @@ Status Restorer::RestoreResharded(const CheckpointManifest& m,
                                    stream->Update(p);
                                  };
                                });
-    if (!got.ok()) return got.status();    if (*got != n) {
+    if (!got.ok()) return got.status();
+    if (*got != n) {
       return Corruption(KeyUri(chunk.key) + ": truncated: " + std::to_string(span.begin + *got) +
                         " bytes, the manifest says " + std::to_string(chunk.bytes) +
                         ChunkContext(part, chunk));
@@ -538,7 +598,15 @@ Status Restorer::RestoreResharded(const CheckpointManifest& m,
         }
       }
     }
-    for (const SpanCopy& c : span.copies) std::memcpy(c.dst, buf + (c.at - span.begin), c.bytes);
+    std::vector<DeviceCopier::HostToDevice> in;
+    for (const SpanCopy& c : span.copies) {
+      if (c.device < 0) {
+        std::memcpy(c.dst, buf + (c.at - span.begin), c.bytes);
+      } else {
+        in.push_back({c.device, c.dst, buf + (c.at - span.begin), c.bytes});
+      }
+    }
+    if (!in.empty()) return copier_->CopyIn(in);
     return Status::Ok();
   });
 }

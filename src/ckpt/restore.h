@@ -10,14 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/reshard.h"
 #include "stoker/checkpoint.h"
 
 namespace stoker::ckpt {
 
+class DeviceCopier;
+
 class Restorer {
  public:
-  Restorer(std::shared_ptr<Store> store, const CheckpointerOptions& options)
-      : store_(std::move(store)), opt_(options) {}
+  // `copier` serves destinations in device memory (none: they are refused).
+  Restorer(std::shared_ptr<Store> store, const CheckpointerOptions& options,
+           std::shared_ptr<DeviceCopier> copier = nullptr)
+      : store_(std::move(store)), opt_(options), copier_(std::move(copier)) {}
 
   // The tensors a restore of `m` reads, in manifest order (or in `names`
   // order when given; else RestoreOptions::only). Checks rank and world size.
@@ -40,6 +45,10 @@ class Restorer {
   // block verified before any of its bytes is copied.
   Status RestoreResharded(const CheckpointManifest& m, std::span<const TensorDestination> dst);
 
+  // Reads `copies` (host or device destinations) through the blocks that
+  // hold them; device ones through pinned buffers, copied in once verified.
+  Status ReadCopies(const CheckpointManifest& m, std::vector<PieceCopy> copies);
+
   // Reads the chunks under `wanted` into `dst` (one span per tensor), every
   // chunk checked before its bytes count.
   Status ReadTensors(const CheckpointManifest& m, const std::vector<const TensorInfo*>& wanted,
@@ -50,6 +59,7 @@ class Restorer {
 
   std::shared_ptr<Store> store_;
   CheckpointerOptions opt_;
+  std::shared_ptr<DeviceCopier> copier_;
 };
 
 }  // namespace stoker::ckpt
