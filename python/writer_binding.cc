@@ -63,8 +63,10 @@ class WriterHandle {
     const size_t n = std::min<size_t>(values.size(), fields.size());
     std::vector<format::FieldValue> v(values.size());
     std::vector<py::object> keep(values.size());  // owners of the bytes below
-    static py::object json_dumps = py::module_::import("json").attr("dumps");
-    static py::object np = py::module_::import("numpy");
+    // Leaked on purpose: a static py::object would be released by exit()
+    // after the interpreter is gone (an abort at exit once torch is loaded).
+    static py::object& json_dumps = *new py::object(py::module_::import("json").attr("dumps"));
+    static py::object& np = *new py::object(py::module_::import("numpy"));
     for (size_t f = 0; f < n; ++f) {
       py::object x = values[f];
       const FieldSpec& spec = fields[f];
