@@ -63,25 +63,25 @@ BATCH = 64
 
 
 def _make_jpeg(args):
-    """400x300: colour fields plus grain, ~90-100 KB at quality 95 (as the
-    issue's 109 KB photos)."""
-    path, seed = args
+    """400x300 (or w x h): colour fields plus grain, ~90-100 KB at quality 95
+    (as the issue's 109 KB photos); bench/gpu_decode_bench.py makes 500x375."""
+    path, seed, (w, h), grain = args
     rng = np.random.default_rng(seed)
-    small = rng.integers(0, 256, (300 // 8, 400 // 8, 3), dtype=np.uint8)
-    img = np.asarray(Image.fromarray(small).resize((400, 300), Image.BICUBIC), np.int16)
-    img = np.clip(img + rng.integers(-26, 27, img.shape), 0, 255).astype(np.uint8)
+    small = rng.integers(0, 256, (-(-h // 8), -(-w // 8), 3), dtype=np.uint8)
+    img = np.asarray(Image.fromarray(small).resize((w, h), Image.BICUBIC), np.int16)
+    img = np.clip(img + rng.integers(-grain, grain + 1, img.shape), 0, 255).astype(np.uint8)
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="JPEG", quality=95)
     Path(path).write_bytes(buf.getvalue())
     return len(buf.getvalue())
 
 
-def make_jpegs(root, count, workers):
+def make_jpegs(root, count, workers, size=(400, 300), grain=26):
     jobs = []
     for i in range(count):
         folder = root / f"class{i % 10:02d}"
         folder.mkdir(parents=True, exist_ok=True)
-        jobs.append((folder / f"{i:06d}.jpg", i))
+        jobs.append((folder / f"{i:06d}.jpg", i, size, grain))
     with Pool(workers) as pool:
         return sum(pool.map(_make_jpeg, jobs, chunksize=32))
 
