@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "jpeg_testdata.h"
 #include "loader/fp16.h"
+#include "loader/gpu_decode.h"
 #include "loader/jpeg_route.h"
 #include "stoker/decode.h"
 #include "stoker/loader.h"
@@ -560,6 +561,34 @@ TEST(FusedResizeKernel, EqualsItsReferenceOnTheGpu) {
 
 // ---- the loader -------------------------------------------------------------
 
+// The workers' side: what a batch leaves for the GPU, and what stays on
+// the CPU (not for nvJPEG, no EOI, not a JPEG).
+TEST(GpuDecodeList, TakesWhatTheGpuDecodesAndLeavesTheRest) {
+  const DecodeOptions o = Augment(CropMode::kRandomResized);
+  GpuDecodeList list(&o, GpuDecodeCaps{true, true}, 5, 4096, DecodedSampleBytes(o));
+  auto where = [] { return std::string("dataset d: shard 0: sample 1: field 'image'"); };
+  const auto good = Jpeg(375, 500, Kind::k420), prog = Jpeg(375, 500, Kind::kProgressive);
+  auto cut = good;
+  cut.resize(cut.size() / 2);
+  EXPECT_TRUE(list.Take(0, good, {1, 0, 10}, where));
+  EXPECT_TRUE(list.Take(1, prog, {1, 0, 11}, where));
+  EXPECT_FALSE(list.Take(2, Jpeg(375, 500, Kind::kCmyk), {1, 0, 12}, where));
+  EXPECT_FALSE(list.Take(3, cut, {1, 0, 13}, where));
+  const std::vector<std::byte> junk(100, std::byte{7});
+  EXPECT_FALSE(list.Take(4, junk, {1, 0, 14}, where));
+  EXPECT_EQ(list.taken(), 2u);
+  const auto& e = list.entries();
+  EXPECT_EQ(e[0].backend, DecodeBackend::kHardware);
+  EXPECT_EQ(e[1].backend, DecodeBackend::kCuda);
+  EXPECT_FALSE(e[2].used);
+  EXPECT_EQ(e[0].jpeg.size(), good.size());
+  EXPECT_EQ(e[0].where, where());
+  const GpuCropPlan p = PlanGpuCrop(o, 375, 500, {1, 0, 10});
+  EXPECT_EQ(e[0].plan.roi_x, p.roi_x);
+  EXPECT_EQ(e[0].plan.flip, p.flip);
+  EXPECT_EQ(list.column_offset(), 4096u);
+}
+
 // An image folder of `n` JPEGs packed into a dataset under `dir`.
 std::string PackedImages(const std::filesystem::path& dir, uint32_t n) {
   SynthOptions so;
@@ -642,6 +671,56 @@ TEST(GpuDecodeLoader, WithoutNvjpegTheCpuPathRunsWithIdenticalOutput) {
   EXPECT_EQ(s.decoded_hardware + s.decoded_cuda, 0u);
   EXPECT_EQ((*cpu)->stats().decode_path, "cpu");
   EXPECT_EQ((*cpu)->stats().decoded_cpu, 40u);
+}
+
+// A truncated JPEG fails the batch with the CPU path's own error (dataset,
+// shard, sample, field), whichever path runs; with skip_corrupt it is
+// zero-filled and counted.
+TEST(GpuDecodeLoader, ACorruptJpegIsTheCpuPathsError) {
+  testing::TempDir d;
+  SynthOptions so;
+  so.images = 12;
+  so.classes = 1;
+  so.mean_bytes = 30000;
+  ASSERT_TRUE(SynthesizeImageFolder((d.path() / "img").string(), so).ok());
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(d.path() / "img")) {
+    if (e.is_regular_file()) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty());
+  auto bytes = testing::ReadFile(files[3]);
+  bytes.resize(bytes.size() * 2 / 5);  // the header stays whole
+  testing::WriteFile(files[3], bytes);
+  const std::string uri = (d.path() / "ds").string();
+  ASSERT_TRUE(Pack((d.path() / "img").string(), uri, PackOptions{}).ok());
+  const bool gpu = gpu::JpegDecoder::Probe(0).ok();
+  auto first_error = [&](const std::string& decode_device, bool skip, uint64_t* skipped) {
+    LoaderOptions o = DecodingLoader(decode_device);
+    o.decode.crop = CropMode::kResize;  // every row is needed: the cut always shows
+    o.decode.skip_corrupt = skip;
+    if (!decode_device.empty() && gpu) o.device = decode_device;
+    auto l = Loader::Open(uri, o);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    if (!l.ok()) return l.status();
+    while (true) {
+      auto b = (*l)->Next();
+      if (!b.ok()) {
+        *skipped = (*l)->stats().decode_skipped;
+        return b.status();
+      }
+    }
+  };
+  uint64_t skipped = 0;
+  const Status cpu = first_error("", false, &skipped);
+  const Status other = first_error("cuda:0", false, &skipped);
+  ASSERT_EQ(cpu.code(), Code::kCorruption) << cpu.ToString();
+  EXPECT_NE(cpu.message().find("sample"), std::string::npos) << cpu.ToString();
+  EXPECT_NE(cpu.message().find("field 'image'"), std::string::npos) << cpu.ToString();
+  EXPECT_EQ(other.ToString(), cpu.ToString());
+  const Status skipping = first_error("cuda:0", true, &skipped);
+  EXPECT_EQ(skipping.code(), Code::kOutOfRange) << skipping.ToString();
+  EXPECT_EQ(skipped, 1u);
 }
 
 #ifdef STOKER_HAVE_CUDA

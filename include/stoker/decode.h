@@ -102,7 +102,9 @@ struct DecodeOptions {
   // CPU path's by about a grey level (docs/benchmarks.md). nvJPEG is loaded
   // at run time (libnvjpeg.so.13, then .12; STOKER_NVJPEG_PATH); without it,
   // or without a GPU, the loader says so once on stderr and decodes on the
-  // CPU (LoaderStats::decode_path says which path ran). Default: "".
+  // CPU (LoaderStats::decode_path says which path ran). With the GPU
+  // decode running, the image column is whole in device memory only (the
+  // host buffer holds the CPU-decoded images). Default: "".
   std::string device;
 };
 

@@ -31,14 +31,19 @@ Result<Batch> DeviceStage::ToDevice(Batch batch) {
     mem->set_pin(std::move(pin).value());
   }
   gpu::Stager::AfterCopy decode;
+  Status decode_error;  // a sample's own error, reported as the CPU path reports it
   if (gpu_decode_ != nullptr && mem->gpu_decode() != nullptr) {
-    decode = [this, &mem](CudaStreamHandle stream, std::byte* device) {
-      return gpu_decode_->Run(*mem->gpu_decode(), mem->data(), stream, device, counters_);
+    decode = [this, &mem, &decode_error](CudaStreamHandle stream, std::byte* device) {
+      decode_error = gpu_decode_->Run(*mem->gpu_decode(), mem->data(), stream, device, counters_);
+      return decode_error;
     };
   }
   auto copy =
       stager_.Copy({mem->data(), mem->size()}, mem, [this] { return stop_.load(); }, decode);
-  if (!copy.ok()) return copy.status().WithContext(what);
+  if (!copy.ok()) {
+    if (decode_error.code() == Code::kCorruption) return decode_error;
+    return copy.status().WithContext(what);
+  }
   BatchBuilder::AttachDevice(batch, std::move(copy).value());
   return batch;
 }

@@ -8,8 +8,25 @@
 
 namespace stoker {
 
+namespace {
+
+// Whether an EOI marker closes the data (within the last 64 bytes: some
+// writers pad after it). libjpeg reports a JPEG without one as truncated;
+// nvJPEG may decode it without a word, so such a file goes to the CPU,
+// which says what is wrong with it.
+bool EndsWithEoi(std::span<const std::byte> jpeg) {
+  const size_t n = jpeg.size();
+  for (size_t k = n >= 64 ? n - 64 : 0; k + 1 < n; ++k) {
+    if (jpeg[k] == std::byte{0xff} && jpeg[k + 1] == std::byte{0xd9}) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool GpuDecodeList::Take(size_t i, std::span<const std::byte> jpeg, const SampleKey& key,
                          const std::function<std::string()>& where) {
+  if (!EndsWithEoi(jpeg)) return false;
   auto h = ParseJpegHeader(jpeg);
   if (!h.ok()) return false;
   const DecodeBackend b = RouteJpeg(*h, caps_);
