@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -104,6 +105,28 @@ Status FolderTables::Open(const std::string& dir, const std::string& ds_dir, uin
     d.magic = kDatasetMagic;
   }
   return Status::Ok();
+}
+
+Result<std::vector<uint32_t>> FolderTables::NotAbsent() const {
+  std::vector<uint32_t> out;
+  constexpr uint64_t kChunk = 65536;  // entries a read (3 MiB)
+  std::vector<Entry> buf(kChunk);
+  for (uint64_t first = 0; first < shards_; first += kChunk) {
+    const uint64_t n = std::min(kChunk, shards_ - first);
+    const off_t at = off_t(sizeof(DatasetHeader) + first * sizeof(Entry));
+    uint64_t got = 0;
+    while (got < n * sizeof(Entry)) {
+      const ssize_t r = pread(table_.fd(), reinterpret_cast<char*>(buf.data()) + got,
+                              n * sizeof(Entry) - got, at + off_t(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return ErrnoToStatus(r < 0 ? errno : EIO, "read the cache table");
+      got += uint64_t(r);
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      if (buf[i].state != kAbsent) out.push_back(uint32_t(first + i));
+    }
+  }
+  return out;
 }
 
 void FolderTables::ClearJob(uint32_t job) const {

@@ -126,9 +126,11 @@ Status NodeCacheImpl::ChooseCapacity() {
 // is gone, present entries whose file is gone, temporary files nobody
 // writes any more.
 Status NodeCacheImpl::Reconcile() {
-  // A table made just now holds no entries to check (nor its pages read in).
-  for (uint32_t s = 0; s < (tables_.fresh() ? 0 : manifest_.shards.size()); ++s) {
-    if (tables_.At(s).state == kAbsent) continue;
+  // A table made just now holds no entries to check.
+  Result<std::vector<uint32_t>> held = std::vector<uint32_t>{};
+  if (!tables_.fresh()) held = tables_.NotAbsent();
+  STOKER_RETURN_IF_ERROR(FolderError(held.status()));
+  for (uint32_t s : *held) {
     ByteLock fetch;
     STOKER_ASSIGN_OR_RETURN(bool got, fetch.Lock(fetch_lock_path_, s, true, /*wait=*/false));
     if (!got) continue;  // a live fetcher
