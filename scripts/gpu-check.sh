@@ -51,6 +51,12 @@ prepare() {
   # Libraries outside glibc, libstdc++ and the driver: the GPU machine's
   # image is another distribution and lacks these Debian packages.
   bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry"/bin/*
+  # ICU's data (31 MB, needed through libarchive -> libxml2) travels
+  # compressed, 7.5 MB, so the carry fits the device tool's 64 MiB; `run`
+  # (and scripts/gpu/wave.sh) unpack it.
+  for big in "$carry"/lib/libicudata.so.*; do
+    [[ -f $big && $big != *.xz ]] && xz -T2 -6 -f "$big"
+  done
   ls -la "$carry"/bin "$carry"/lib
   du -sh "$carry"
 }
@@ -98,7 +104,19 @@ python_binding() {
   return "${PIPESTATUS[0]}"
 }
 
+# Unpacks what prepare compressed (python3's lzma: the image may lack xz).
+unpack_carry() {
+  local f
+  for f in "$carry"/lib/*.xz; do
+    [[ -f $f ]] || continue
+    python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as i, open(sys.argv[1][:-3], "wb") as o: shutil.copyfileobj(i, o)' "$f" &&
+      rm -f "$f"
+  done
+}
+
 run() {
+  unpack_carry
   out=/tmp/gpu-check
   rm -rf "$out"
   mkdir -p "$out"
@@ -256,8 +274,10 @@ EOF
 
 case "${1:-}" in
   prepare) prepare ;;
+  unpack) unpack_carry ;;
   binding)
     # The binding alone, for the other GPU scripts (scripts/gpu/loader.sh).
+    unpack_carry
     out=${OUT:-/tmp/gpu-check}
     mkdir -p "$out"
     build_binding
@@ -275,7 +295,7 @@ case "${1:-}" in
     exit "$rc"
     ;;
   *)
-    echo "usage: $0 prepare|run|binding" >&2
+    echo "usage: $0 prepare|run|binding|unpack" >&2
     exit 2
     ;;
 esac

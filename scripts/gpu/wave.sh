@@ -27,6 +27,7 @@ mkdir -p "$out"
 exec > >(tee "$dest/wave-summary.txt") 2>&1
 trap 'tar czf "$dest/wave.tar.gz" -C /tmp wave 2>/dev/null' EXIT
 steps=${STOKER_WAVE_STEPS:-check,decode,ckpt,import}
+bash scripts/gpu-check.sh unpack  # what prepare compressed to fit the carry
 want() { [[ ",$steps," == *",$1,"* ]]; }
 # The other scripts look for their own carry folder: the same binaries.
 for d in build-gpu-comm/carry .demo-carry; do
