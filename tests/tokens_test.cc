@@ -306,6 +306,32 @@ TEST(TokenWindows, ShuffledOrderIsAPureFunctionOfDatasetSeedEpoch) {
   EXPECT_NE(order, ids);
 }
 
+// Past 2^20 documents the prefix sums are built by several threads, in
+// chunks: the same index as summing the epoch's order one by one.
+TEST(TokenWindows, ChunkedBuildEqualsTheSequentialSums) {
+  std::vector<uint32_t> lens((1u << 20) + 4321);
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = uint32_t(i * 2654435761u % 97);
+  for (bool shuffle : {false, true}) {
+    const uint32_t L = 333;
+    auto w = TokenWindows::Build(lens, L, 11, shuffle, 2, 3);
+    std::vector<uint64_t> prefix{0};
+    for (uint64_t j = 0; j < lens.size(); ++j) prefix.push_back(prefix.back() + lens[w.DocAt(j)]);
+    ASSERT_EQ(w.total_tokens(), prefix.back());
+    ASSERT_EQ(w.size(), (prefix.back() - 1) / L);
+    for (uint64_t k = 0; k < w.size(); k += 997) {
+      std::vector<TokenPiece> pieces;
+      w.Pieces(k, &pieces);
+      const uint64_t j =
+          uint64_t(std::upper_bound(prefix.begin(), prefix.end(), k * L) - prefix.begin()) - 1;
+      ASSERT_EQ(pieces[0].doc, w.DocAt(j)) << k;
+      ASSERT_EQ(pieces[0].begin, k * L - prefix[j]) << k;
+      uint64_t n = 0;
+      for (const TokenPiece& p : pieces) n += p.count;
+      ASSERT_EQ(n, L + 1u);
+    }
+  }
+}
+
 // ---- the loader ----
 
 struct Delivered {

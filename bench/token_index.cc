@@ -1,0 +1,120 @@
+// Issue 36's benchmark of the token window index (docs/benchmarks.md,
+// "Token window index"): TokenWindows::Build over N documents' token
+// counts (shuffle off and on), the cost of a window's lookup, and, for a
+// real dataset written here, TokenDataset::Open (the shards' indexes read
+// and parsed) plus the build: what a rank pays at open. Run by
+// bench/token_index.sh next to the NumPy version of the same algorithm
+// (bench/token_index_numpy.py). Not installed.
+//
+//   token_index_bench build N...        one JSON line per N (synthetic counts)
+//   token_index_bench open DIR DOCS     packs DOCS documents into DIR, then opens it
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "stoker/dataset.h"
+#include "stoker/tokens.h"
+#include "stoker/writer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Document lengths 1..2047 tokens (mean ~1024), from a fixed LCG.
+std::vector<uint32_t> Lengths(uint64_t n, uint32_t max_len = 2047) {
+  std::vector<uint32_t> v(n);
+  uint64_t x = 12345;
+  for (auto& l : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    l = 1 + uint32_t((x >> 33) % max_len);
+  }
+  return v;
+}
+
+int Build(int argc, char** argv) {
+  for (int a = 2; a < argc; ++a) {
+    const uint64_t n = std::strtoull(argv[a], nullptr, 10);
+    const std::vector<uint32_t> lens = Lengths(n);
+    for (bool shuffle : {false, true}) {
+      auto t0 = Clock::now();
+      const stoker::TokenWindows w = stoker::TokenWindows::Build(lens, 4096, 7, shuffle, 1, 0);
+      const double build = Since(t0);
+      std::vector<stoker::TokenPiece> pieces;
+      const uint64_t lookups = 1000000;
+      t0 = Clock::now();
+      uint64_t total = 0;
+      for (uint64_t p = 0; p < lookups; ++p) {
+        pieces.clear();
+        w.Pieces(w.WindowAt((p * 2654435761u) % w.size()), &pieces);
+        total += pieces.size();
+      }
+      const double lookup = Since(t0);
+      std::printf(
+          "{\"what\": \"build\", \"documents\": %llu, \"shuffle\": %s, \"windows\": %llu, "
+          "\"build_s\": %.3f, \"lookup_us\": %.3f, \"pieces_per_window\": %.2f}\n",
+          (unsigned long long)n, shuffle ? "true" : "false", (unsigned long long)w.size(), build,
+          lookup / lookups * 1e6, double(total) / lookups);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+int Open(const std::string& dir, uint64_t docs) {
+  auto spec = stoker::format::ParseFieldSpec("tokens", "uint16[*]");
+  auto t0 = Clock::now();
+  {
+    auto w = stoker::DatasetWriter::Create(dir, {*spec}, {});
+    if (!w.ok()) return std::fprintf(stderr, "%s\n", w.status().ToString().c_str()), 1;
+    const std::vector<uint32_t> lens = Lengths(docs, 255);
+    std::vector<uint16_t> tokens(256);
+    for (uint64_t d = 0; d < docs; ++d) {
+      for (uint32_t t = 0; t < lens[d]; ++t) tokens[t] = uint16_t(d + t);
+      stoker::format::FieldValue v;
+      v.bytes = std::as_bytes(std::span(tokens.data(), lens[d]));
+      if (auto st = (*w)->Write(std::span(&v, 1)); !st.ok()) {
+        return std::fprintf(stderr, "%s\n", st.ToString().c_str()), 1;
+      }
+    }
+    if (auto m = (*w)->Close(); !m.ok())
+      return std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), 1;
+  }
+  const double pack = Since(t0);
+  t0 = Clock::now();
+  auto store = stoker::OpenStore(dir).value();
+  auto m = stoker::ReadManifest(*store);
+  if (!m.ok()) return std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), 1;
+  const double manifest = Since(t0);
+  const size_t shards = m->shards.size();
+  const uint64_t bytes = m->shards.total_bytes();
+  auto ds = stoker::TokenDataset::Open(store, std::move(*m), {});
+  if (!ds.ok()) return std::fprintf(stderr, "%s\n", ds.status().ToString().c_str()), 1;
+  const double indexes = Since(t0) - manifest;
+  auto t1 = Clock::now();
+  const stoker::TokenWindows w =
+      stoker::TokenWindows::Build((*ds)->doc_tokens(), 2048, (*ds)->manifest().Id64(), true, 1, 0);
+  const double build = Since(t1);
+  std::printf(
+      "{\"what\": \"open\", \"documents\": %llu, \"shards\": %zu, \"dataset_bytes\": %llu, "
+      "\"pack_s\": %.2f, \"manifest_s\": %.3f, \"indexes_s\": %.3f, \"index_bytes\": %llu, "
+      "\"build_s\": %.3f, \"windows\": %llu, \"open_total_s\": %.3f}\n",
+      (unsigned long long)docs, shards, (unsigned long long)bytes, pack, manifest, indexes,
+      (unsigned long long)(*ds)->index_bytes_read(), build, (unsigned long long)w.size(),
+      manifest + indexes + build);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "build" && argc > 2) return Build(argc, argv);
+  if (what == "open" && argc == 4) return Open(argv[2], std::strtoull(argv[3], nullptr, 10));
+  std::fprintf(stderr, "usage: token_index_bench build N... | open DIR DOCS\n");
+  return 2;
+}
