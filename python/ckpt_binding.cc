@@ -117,6 +117,17 @@ class SaveHandleWrapper {
     return true;
   }
 
+  // Returns once the save's device tensors are in host staging.
+  void WaitStaged() const {
+    CheckProcess();
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = handle_.WaitStaged();
+    }
+    Check(s);
+  }
+
   const std::string& name() const { return handle_.name(); }
 
  private:
@@ -335,14 +346,22 @@ void BindCheckpoints(py::module_& m) {
       .def_readwrite("all_ranks", &StateLoadOptions::all_ranks)
       .def_readwrite("reshard", &StateLoadOptions::reshard);
   py::class_<PyEncodedState, std::shared_ptr<PyEncodedState>>(m, "_EncodedState")
-      .def_property_readonly("nbytes", [](const PyEncodedState& s) {
-        return s.encoded.tensor_bytes + s.encoded.document.size();
+      .def_property_readonly("nbytes",
+                             [](const PyEncodedState& s) {
+                               return s.encoded.tensor_bytes + s.encoded.document.size();
+                             })
+      .def_property_readonly("on_device", [](const PyEncodedState& s) {
+        for (const TensorRef& t : s.encoded.tensors) {
+          if (t.device >= 0) return true;
+        }
+        return false;
       });
   m.def("_encode_state", &EncodePyState, py::arg("state"),
         "A state's tensors and structure document (docs/checkpoint.md §8), for save_state.");
   py::class_<SaveHandleWrapper>(m, "_SaveHandle")
       .def("done", &SaveHandleWrapper::Done)
       .def("wait", &SaveHandleWrapper::Wait, py::arg("timeout_s") = py::none())
+      .def("wait_staged", &SaveHandleWrapper::WaitStaged)
       .def_property_readonly("name", &SaveHandleWrapper::name);
   py::class_<CheckpointerHandle>(m, "_Checkpointer")
       .def(py::init<const std::string&, const CheckpointerOptions&>(), py::arg("uri"),
@@ -367,6 +386,21 @@ void BindCheckpoints(py::module_& m) {
       .def("close", &CheckpointerHandle::Close)
       .def("abandon", &CheckpointerHandle::Abandon)
       .def_property_readonly("uri", &CheckpointerHandle::uri);
+  m.def(
+      "_set_device_staging",
+      [](CheckpointerOptions& o, const std::string& mode, std::optional<uint64_t> ring_bytes) {
+        if (mode == "snapshot") {
+          o.device_staging = CheckpointerOptions::DeviceStaging::kSnapshot;
+        } else if (mode == "bounded") {
+          o.device_staging = CheckpointerOptions::DeviceStaging::kBounded;
+        } else {
+          throw py::value_error("device_staging must be 'snapshot' or 'bounded', not '" + mode +
+                                "'");
+        }
+        if (ring_bytes) o.staging_ring_bytes = *ring_bytes;
+      },
+      py::arg("options"), py::arg("mode"), py::arg("ring_bytes") = py::none(),
+      "CheckpointerOptions::device_staging and staging_ring_bytes (docs/checkpoint.md §9).");
   m.def(
       "_validate_checkpoint_name",
       [](std::string_view name) { Check(ValidateCheckpointName(name)); }, py::arg("name"));

@@ -232,7 +232,20 @@ class Encoder {
       return v;
     }
     py::object t = value.attr("detach")();
-    if (Str(t.attr("device").attr("type")) != "cpu") t = t.attr("to")("cpu");
+    const std::string device = Str(t.attr("device").attr("type"));
+    if (device == "cuda") {
+      // Copied by the checkpointer itself (docs/checkpoint.md §9), after an
+      // event on the current stream, where conj/neg/contiguous below queue
+      // their work too. `keep` holds the tensor until the copies landed
+      // (SaveHandle.wait_staged), so its memory is never freed, nor reused
+      // by the caching allocator, while a copy still reads it.
+      v.device = t.attr("device").attr("index").cast<int>();
+      v.stream = reinterpret_cast<void*>(
+          torch_.attr("cuda").attr("current_stream")(t.attr("device")).attr("cuda_stream")
+              .cast<uintptr_t>());
+    } else if (device != "cpu") {
+      t = t.attr("to")("cpu");
+    }
     if (t.attr("is_conj")().cast<bool>()) t = t.attr("resolve_conj")();
     if (t.attr("is_neg")().cast<bool>()) t = t.attr("resolve_neg")();
     if (!t.attr("is_contiguous")().cast<bool>()) t = t.attr("contiguous")();
@@ -447,8 +460,10 @@ class IntoPlan {
           continue;
         }
         auto [how, span] = Destination(where, target, *t);
-        if (how == kDirect && !direct_.contains(t->text)) {
-          dst->push_back({t->text, span, {}, {}, {}});
+        if ((how == kDirect || how == kDevice) && !direct_.contains(t->text)) {
+          TensorDestination d{t->text, span, {}, {}, {}};
+          if (how == kDevice) d.device = target.attr("device").attr("index").cast<int>();
+          dst->push_back(std::move(d));
           direct_.emplace(t->text, target);
         } else if (how != kEmpty) {
           copies_.emplace_back(t->text, target);
@@ -480,7 +495,7 @@ class IntoPlan {
   }
 
  private:
-  enum How { kDirect, kCopy, kEmpty };
+  enum How { kDirect, kCopy, kEmpty, kDevice };
 
   bool IsArray(py::handle x) const { return py::isinstance(x, np_.attr("ndarray")); }
   bool IsTensor(py::handle x) const {
@@ -551,9 +566,10 @@ class IntoPlan {
       if (!in_place) into = np_.attr("empty")(local.attr("shape"), local.attr("dtype"));
       d.data = Span(into.attr("__array_interface__")["data"][py::int_(0)], shaped);
     } else {
-      in_place = Str(local.attr("device").attr("type")) == "cpu" &&
-                 local.attr("is_contiguous")().cast<bool>() &&
+      const std::string type = Str(local.attr("device").attr("type"));
+      in_place = (type == "cpu" || type == "cuda") && local.attr("is_contiguous")().cast<bool>() &&
                  !local.attr("is_conj")().cast<bool>() && !local.attr("is_neg")().cast<bool>();
+      if (in_place && type == "cuda") d.device = local.attr("device").attr("index").cast<int>();
       if (!in_place) {
         into = torch_.attr("empty")(local.attr("shape"), py::arg("dtype") = local.attr("dtype"));
       }
@@ -580,11 +596,13 @@ class IntoPlan {
                            dtype, shape)));
       }
       if (target.attr("numel")().cast<int64_t>() == 0) return {kEmpty, {}};
-      if (Str(target.attr("device").attr("type")) == "cpu" &&
-          target.attr("is_contiguous")().cast<bool>() && !target.attr("is_conj")().cast<bool>() &&
-          !target.attr("is_neg")().cast<bool>() &&
+      const std::string type = Str(target.attr("device").attr("type"));
+      if ((type == "cpu" || type == "cuda") && target.attr("is_contiguous")().cast<bool>() &&
+          !target.attr("is_conj")().cast<bool>() && !target.attr("is_neg")().cast<bool>() &&
           target.attr("layout").is(torch_.attr("strided"))) {
-        return {kDirect, Span(target.attr("data_ptr")(), t)};
+        // A CUDA tensor is filled through the pinned ring (§9); the restore
+        // returns once its bytes have landed.
+        return {type == "cpu" ? kDirect : kDevice, Span(target.attr("data_ptr")(), t)};
       }
       return {kCopy, {}};
     }
@@ -658,6 +676,68 @@ class IntoPlan {
   std::vector<std::pair<std::string, py::object>> copies_;
 };
 
+// load(map_location="cuda:N"): every whole tensor of the state read
+// straight into new memory of that device, through the pinned ring (§9),
+// instead of restored on the host and moved with .to().
+class DevicePlan {
+ public:
+  explicit DevicePlan(py::object device) : device_(std::move(device)) {
+    torch_ = py::module_::import("torch");
+  }
+
+  Status Plan(const StateValue& root, std::vector<TensorDestination>* dst) {
+    Walk(root, dst);
+    return Status::Ok();
+  }
+
+  // The tensors made, as the state holds them (Parameters, requires_grad).
+  std::unordered_map<std::string, py::object> Given(const StateValue& root) {
+    std::unordered_map<std::string, py::object> out;
+    Collect(root, &out);
+    return out;
+  }
+
+ private:
+  void Walk(const StateValue& v, std::vector<TensorDestination>* dst) {
+    if ((v.kind == Kind::kTensor || v.kind == Kind::kParameter) &&
+        v.layout.kind == TensorLayout::Kind::kWhole && !made_.contains(v.text)) {
+      const std::string dtype(DTypeName(v.dtype));
+      if (!py::hasattr(torch_, dtype.c_str())) return;  // restored on the host, as an array
+      py::object t = torch_.attr("empty")(py::tuple(py::cast(v.shape)),
+                                          py::arg("dtype") = torch_.attr(dtype.c_str()),
+                                          py::arg("device") = device_);
+      const size_t n = t.attr("numel")().cast<size_t>() * t.attr("element_size")().cast<size_t>();
+      made_.emplace(v.text, t);
+      if (n > 0) {
+        TensorDestination d{v.text,
+                            {reinterpret_cast<std::byte*>(t.attr("data_ptr")().cast<uintptr_t>()),
+                             n},
+                            {},
+                            {},
+                            {}};
+        d.device = device_.attr("index").is_none() ? 0 : device_.attr("index").cast<int>();
+        dst->push_back(std::move(d));
+      }
+    }
+    for (const StateValue& x : v.items) Walk(x, dst);
+  }
+
+  void Collect(const StateValue& v, std::unordered_map<std::string, py::object>* out) {
+    if (auto it = made_.find(v.text); it != made_.end() && v.kind >= Kind::kTensor) {
+      if (v.kind == Kind::kParameter) {
+        (*out)[v.text] = torch_.attr("nn").attr("Parameter")(it->second,
+                                                             py::arg("requires_grad") = v.flag);
+      } else {
+        (*out)[v.text] = v.flag ? it->second.attr("requires_grad_")(true) : it->second;
+      }
+    }
+    for (const StateValue& x : v.items) Collect(x, out);
+  }
+
+  py::object device_, torch_;
+  std::unordered_map<std::string, py::object> made_;
+};
+
 }  // namespace
 
 std::shared_ptr<PyEncodedState> EncodePyState(py::handle state) {
@@ -697,8 +777,23 @@ py::object LoadPyState(const LoadRunner& run, const PyLoadArgs& args) {
         "map_location does not apply");
   }
   std::optional<IntoPlan> into;
+  std::optional<DevicePlan> on_device;
   std::exception_ptr failed;  // the plan's Python error, raised once C++ returns
   StatePlan plan;
+  if (a.into.is_none() && !a.device.is_none() && !a.options.all_ranks &&
+      Str(a.device.attr("type")) == "cuda") {
+    on_device.emplace(a.device);
+    plan = [&](const StateValue& root, const CheckpointManifest&,
+               std::vector<TensorDestination>* dst) -> Status {
+      py::gil_scoped_acquire acquire;
+      try {
+        return on_device->Plan(root, dst);
+      } catch (...) {
+        failed = std::current_exception();
+        return Cancelled("load(map_location=...): the device tensors could not be made");
+      }
+    };
+  }
   if (!a.into.is_none()) {
     into.emplace(a.into, a.uri + ": checkpoint ");
     plan = [&](const StateValue& root, const CheckpointManifest& m,
@@ -727,6 +822,10 @@ py::object LoadPyState(const LoadRunner& run, const PyLoadArgs& args) {
   const std::string where = a.uri + ": checkpoint " + r->manifest.name;
   Decoder d(owner, a.device, where);
   if (into) return into->Finish(d, r->roots.at(0));
+  if (on_device) {
+    d.given = on_device->Given(r->roots.at(0));
+    return d.Value(r->roots[0]);
+  }
   if (!a.options.all_ranks) return r->roots.empty() ? py::dict() : d.Value(r->roots[0]);
   py::list out;
   for (uint32_t rank = 0; rank < r->manifest.world_size; ++rank) {

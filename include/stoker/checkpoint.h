@@ -583,6 +583,10 @@ struct StateValue {
   // Tensors: where the tensor lies in a global one (a piece of a sharded
   // tensor, saved with it; LoadState: as the part record says).
   TensorLayout layout;
+  // Tensors to save: in memory of this CUDA device (-1: host), written on
+  // `stream` (TensorRef::device, TensorRef::stream).
+  int device = -1;
+  void* stream = nullptr;
 };
 
 struct EncodedState {

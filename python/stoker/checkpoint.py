@@ -165,15 +165,28 @@ def _has_pieces(value, depth=0):
 
 
 class SaveHandle:
-    """An asynchronous save: its tensors were copied when save() returned; the
-    writing goes on in the background. ``done()``: finished? ``wait(timeout=None)``:
-    True once committed, False if the timeout passed first; raises the save's
-    error. ``exception(timeout=None)``: that error (or None) instead."""
+    """An asynchronous save: its CPU tensors were copied when save() returned,
+    its CUDA tensors are being copied (``wait_staged()``); the writing goes on
+    in the background. ``done()``: finished? ``wait(timeout=None)``: True once
+    committed, False if the timeout passed first; raises the save's error.
+    ``exception(timeout=None)``: that error (or None) instead."""
 
-    __slots__ = ("_impl", "name", "uri", "_pid", "__weakref__")
+    __slots__ = ("_impl", "name", "uri", "_pid", "_keep", "__weakref__")
 
-    def __init__(self, impl, name, uri):  # impl raises in a forked child
+    def __init__(self, impl, name, uri, keep=None):  # impl raises in a forked child
         self._impl, self.name, self.uri, self._pid = impl, name, uri, os.getpid()
+        self._keep = keep  # the CUDA tensors, alive until their copies landed
+
+    def wait_staged(self):
+        """Returns once every CUDA tensor of the save has been copied to host
+        memory: from then on they may change (call it just before the
+        optimizer step; the forward and backward before it hide the copy).
+        Until then, changing them is the caller's error (docs/checkpoint.md
+        §9). Raises the copies' error (the save then fails too)."""
+        try:
+            self._impl.wait_staged()
+        finally:
+            self._keep = None
 
     def done(self):
         """True once the save has finished, committed or failed."""
@@ -184,7 +197,10 @@ class SaveHandle:
         seconds passed first. Raises the save's error."""
         if timeout is not None:
             timeout = _seconds("timeout", timeout, allow_zero=True)
-        return self._impl.wait(timeout)
+        done = self._impl.wait(timeout)
+        if done:
+            self._keep = None
+        return done
 
     def exception(self, timeout=None):
         """The save's error, or None if it succeeded; TimeoutError if it still
@@ -222,9 +238,18 @@ class Checkpointer:
       direct_io: on a local directory, write and read chunks past the page
         cache (O_DIRECT): at the disk's rate, without evicting what a loader
         keeps cached (a checkpoint still in the page cache is read again).
+      device_staging: how CUDA tensors reach host memory (docs/checkpoint.md
+        §9): "snapshot" (pinned staging of the whole device state, kept and
+        reused; save(async_=True) returns once the copies are queued) or
+        "bounded" (a ring of staging_ring_bytes of pinned buffers: for nodes
+        without host memory for a copy; wait_staged() then lasts about the
+        whole save).
+      staging_ring_bytes: the bounded ring, and the pinned buffers restores
+        into CUDA memory read through (default 256 MiB).
     """
 
-    def __init__(self, uri, *, io_threads=None, write_retries=None, store=None, direct_io=True):
+    def __init__(self, uri, *, io_threads=None, write_retries=None, store=None, direct_io=True,
+                 device_staging="snapshot", staging_ring_bytes=None):
         self._impl = None  # so close() and __repr__ work if a check below raises
         uri = _path("uri", uri)
         o = _stoker._CheckpointerOptions()
@@ -234,6 +259,12 @@ class Checkpointer:
             o.write_retries = _int("write_retries", write_retries, 0, 1000)
         _store_options(store, o.store)
         o.store.direct_writes = o.direct_reads = _bool("direct_io", direct_io)
+        if not isinstance(device_staging, str):
+            raise TypeError(f"device_staging must be a str, not {type(device_staging).__name__}")
+        _stoker._set_device_staging(
+            o, device_staging,
+            None if staging_ring_bytes is None else _int("staging_ring_bytes", staging_ring_bytes,
+                                                          1 << 20, _U64))
         self._impl = _stoker._Checkpointer(uri, o)
         self.uri, self._pid, self._lock = uri, os.getpid(), threading.Lock()
         _live_checkpointers.add(self)
@@ -278,8 +309,9 @@ class Checkpointer:
                 handle = impl.save_state_async(name, state, options)
             else:
                 impl.save_state(name, state, options)
-        del state  # C++ has read the tensors (async: copied into the staging area)
-        return SaveHandle(handle, name, self.uri) if async_ else name
+        if async_:  # CPU tensors were copied; CUDA ones are kept until staged
+            return SaveHandle(handle, name, self.uri, keep=state if state.on_device else None)
+        return name
 
     def _name(self, impl, name, step, world_size, where):
         if name is not None:
@@ -379,8 +411,12 @@ def save(state_dict, uri, name=None, step=None, async_=False, metadata=None, kee
         ``step-%012d`` of `step`, else the next ``ckpt-%06d`` under the root.
         A name already committed raises stoker.AlreadyExistsError.
       step: the training step, stored in the manifest (stoker.Checkpointer.info).
-      async_: copy the tensors into host memory, return a SaveHandle, write in
-        the background (the caller may change the tensors at once).
+      async_: return a SaveHandle and write in the background. CPU tensors are
+        copied into host memory first (the caller may change them at once);
+        CUDA tensors are copied by stoker on its own stream, ordered after
+        the current stream, into pinned staging: the call returns once the
+        copies are queued, and the caller must not change them until
+        handle.wait_staged() returns.
       metadata: a JSON-serialisable dict stored in the manifest (rank 0's).
       keep_last: after the commit, remove all but the newest K checkpoints.
       rank, world_size: this process's part; from the environment when None.

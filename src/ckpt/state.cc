@@ -222,7 +222,7 @@ Status StateBuilder::SetTensor(std::string_view path, DType dtype, std::vector<i
                                std::span<const std::byte> data) {
   if (path == kStructureTensor) return InvalidArgument("'stoker:structure' is reserved");
   STOKER_RETURN_IF_ERROR(impl_->Set(path, Json{{"tensor", std::string(path)}}));
-  impl_->tensors.push_back({std::string(path), dtype, std::move(shape), data});
+  impl_->tensors.push_back({std::string(path), dtype, std::move(shape), data, {}});
   return Status::Ok();
 }
 Status StateBuilder::SetInt(std::string_view path, int64_t v) { return impl_->Set(path, v); }
@@ -242,7 +242,8 @@ std::vector<TensorRef> StateBuilder::Tensors() {
   out.push_back({std::string(kStructureTensor),
                  DType::kUInt8,
                  {int64_t(impl_->document.size())},
-                 std::as_bytes(std::span(impl_->document))});
+                 std::as_bytes(std::span(impl_->document)),
+                 {}});
   return out;
 }
 
@@ -263,7 +264,7 @@ Result<StateStructure> ReadStateStructure(Checkpointer& c, std::string_view name
     return NotFound(where + ": saved without a structure (a flat set of tensors)");
   }
   std::string bytes(doc->bytes, '\0');
-  TensorDestination dst{doc->name, std::as_writable_bytes(std::span(bytes))};
+  TensorDestination dst{doc->name, std::as_writable_bytes(std::span(bytes)), {}, {}, {}};
   RestoreOptions o;
   o.rank = rank;
   STOKER_RETURN_IF_ERROR(c.RestoreInto(m.name, {&dst, 1}, o).status());
@@ -280,7 +281,7 @@ Result<TensorInfo> RestoreStatePath(Checkpointer& c, std::string_view name, std:
     return InvalidArgument(c.uri() + ": checkpoint " + m.name + ": key path '" + std::string(path) +
                            "' holds a " + e->type + ", not a tensor");
   }
-  TensorDestination d{e->tensor, dst};
+  TensorDestination d{e->tensor, dst, {}, {}, {}};
   RestoreOptions o;
   o.rank = rank;
   STOKER_ASSIGN_OR_RETURN(CheckpointManifest got, c.RestoreInto(m.name, {&d, 1}, o));

@@ -163,7 +163,7 @@ class Encoder {
     } else {
       v.text = Name(path);
       if (!v.tie.empty()) ties_.emplace(v.tie, v.text);
-      out_->tensors.push_back({v.text, v.dtype, v.shape, v.data, v.layout});
+      out_->tensors.push_back({v.text, v.dtype, v.shape, v.data, v.layout, v.device, v.stream});
       out_->tensor_bytes += v.data.size();
     }
     if (v.kind == Kind::kNdarray) {
@@ -431,7 +431,8 @@ Status LoadPlanned(Checkpointer& c, RestoreOptions ro, const StatePlan& plan,
   }
   const TensorInfo* doc = planned ? StructureOf(*planned) : nullptr;
   std::string structure(doc ? doc->bytes : 0, '\0');
-  TensorDestination d{std::string(kStructureTensor), std::as_writable_bytes(std::span(structure))};
+  TensorDestination d{std::string(kStructureTensor), std::as_writable_bytes(std::span(structure)),
+                      {}, {}, {}};
   if (doc != nullptr) {
     STOKER_RETURN_IF_ERROR(c.RestoreInto(m.name, {&d, 1}, ro).status());
   } else {
