@@ -8,6 +8,7 @@
 //
 //   token_index_bench build N...        one JSON line per N (synthetic counts)
 //   token_index_bench open DIR DOCS     packs DOCS documents into DIR, then opens it
+//   token_index_bench mix DIR N         N small sources, then a mixture of them
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
+#include "stoker/mix.h"
 #include "stoker/tokens.h"
 #include "stoker/writer.h"
 
@@ -136,12 +138,55 @@ int Open(const std::string& dir, uint64_t docs) {
   return 0;
 }
 
+// N sources of 300 documents each (1..255 tokens) in DIR/000000.., then a
+// mixture of them with equal weights: open time and the time per step.
+int MixBench(const std::string& dir, uint32_t n) {
+  auto spec = stoker::format::ParseFieldSpec("tokens", "uint16[*]");
+  std::vector<stoker::MixSource> sources;
+  auto t0 = Clock::now();
+  const std::vector<uint32_t> lens = Lengths(300, 255);
+  std::vector<uint16_t> tokens(256, 7);
+  for (uint32_t i = 0; i < n; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "/%06u", i);
+    auto w = stoker::DatasetWriter::Create(dir + name, {*spec}, {});
+    if (!w.ok()) return std::fprintf(stderr, "%s\n", w.status().ToString().c_str()), 1;
+    for (uint32_t l : lens) {
+      stoker::format::FieldValue v;
+      v.bytes = std::as_bytes(std::span(tokens.data(), l));
+      if (auto st = (*w)->Write(std::span(&v, 1)); !st.ok()) return 1;
+    }
+    if (!(*w)->Close().ok()) return 1;
+    sources.push_back({dir + name, 1.0 + i % 7, 0, ""});
+  }
+  const double pack = Since(t0);
+  stoker::MixOptions o;
+  o.batch_size = 512;
+  o.sequence_length = 2048;
+  t0 = Clock::now();
+  auto mix = stoker::Mix::Open(sources, o);
+  if (!mix.ok()) return std::fprintf(stderr, "%s\n", mix.status().ToString().c_str()), 1;
+  const double open = Since(t0);
+  const int steps = 20;
+  t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    if (!(*mix)->Next().ok()) return 1;
+  }
+  const double per_step = Since(t0) / steps;
+  std::printf(
+      "{\"what\": \"mix\", \"sources\": %u, \"pack_s\": %.2f, \"open_s\": %.3f, "
+      "\"step_ms\": %.2f, \"batch\": 512, \"sequence_length\": 2048}\n",
+      n, pack, open, per_step * 1e3);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "build" && argc > 2) return Build(argc, argv);
   if (what == "open" && argc == 4) return Open(argv[2], std::strtoull(argv[3], nullptr, 10));
-  std::fprintf(stderr, "usage: token_index_bench build N... | open DIR DOCS\n");
+  if (what == "mix" && argc == 4) return MixBench(argv[2], uint32_t(std::strtoul(argv[3], nullptr, 10)));
+  std::fprintf(stderr, "usage: token_index_bench build N... | open DIR DOCS | mix DIR N\n");
   return 2;
 }
