@@ -62,6 +62,8 @@ py::dtype ImageNumpyDType(ImageDType t) {
       return py::dtype("float32");
     case ImageDType::kFloat16:
       return py::dtype("float16");
+    case ImageDType::kBFloat16:
+      return py::dtype("uint16");  // raw bits: numpy has no bfloat16 (loader.py refuses it on the host)
     case ImageDType::kUInt8:
       break;
   }
@@ -396,8 +398,8 @@ py::dict DeviceBatchDict(const Batch& b, const Output& out) {
     d[py::str(c.name)] = DeviceOut(out, b, c.values.data(), {n}, {kDLInt, 64, 1});
   }
   for (const auto& c : b.image_columns()) {
-    const DLDataType t = c.dtype == ImageDType::kUInt8
-                             ? DLDataType{kDLUInt, 8, 1}
+    const DLDataType t = c.dtype == ImageDType::kUInt8      ? DLDataType{kDLUInt, 8, 1}
+                         : c.dtype == ImageDType::kBFloat16 ? DLDataType{kDLBfloat, 16, 1}
                              : DLDataType{kDLFloat, uint8_t(8 * ImageDTypeSize(c.dtype)), 1};
     d[py::str(c.name)] = DeviceOut(out, b, c.data.data(), ImageShape(c, size_t(n)), t);
   }

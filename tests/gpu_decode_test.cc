@@ -439,6 +439,35 @@ TEST(FusedResizeReference, CloseToTheCpuPathOnTheSameCrop) {
   EXPECT_LT(total / 20, 3.0);
 }
 
+// bfloat16 on the CPU path (the fallback of a GPU decode delivering
+// bfloat16): float32's value rounded as the kernel rounds it.
+TEST(DecodeBFloat16, CpuPathRoundsFloat32AsTheKernel) {
+  const auto jpeg = Jpeg(120, 160, Kind::k420);
+  DecodeOptions o = Augment(CropMode::kRandomResized);
+  o.height = o.width = 32;
+  o.normalize = true;
+  o.layout = ImageLayout::kNCHW;
+  o.dtype = ImageDType::kFloat32;
+  ASSERT_TRUE(ValidateDecodeOptions(o).ok());
+  DecodeScratch scratch;
+  std::vector<std::byte> f32(DecodedSampleBytes(o));
+  ASSERT_TRUE(DecodeSample(o, jpeg, {2, 0, 5}, f32, &scratch).ok());
+  o.dtype = ImageDType::kBFloat16;
+  ASSERT_TRUE(ValidateDecodeOptions(o).ok());
+  EXPECT_EQ(DecodedSampleBytes(o), size_t(32) * 32 * 3 * 2);
+  std::vector<std::byte> bf(DecodedSampleBytes(o));
+  ASSERT_TRUE(DecodeSample(o, jpeg, {2, 0, 5}, bf, &scratch).ok());
+  for (size_t i = 0; i < size_t(32) * 32 * 3; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, f32.data() + 4 * i, 4);
+    uint16_t got;
+    std::memcpy(&got, bf.data() + 2 * i, 2);
+    ASSERT_EQ(got, gpu::FloatBitsToBFloat16(bits)) << i;
+  }
+  o.dtype = ImageDType(4);
+  EXPECT_EQ(ValidateDecodeOptions(o).code(), Code::kInvalidArgument);
+}
+
 // ---- nvJPEG ---------------------------------------------------------------
 
 TEST(Nvjpeg, CandidatesStartWithTheEnvironmentThenTheSonames) {
@@ -765,17 +794,30 @@ TEST(GpuDecodeLoader, OnTheGpu) {
               (unsigned long long)s.decoded_cpu);
   EXPECT_LT(diff, 3.0);
   EXPECT_EQ(s.decoded_hardware + s.decoded_cuda, 64u);
-  // Device memory does not grow with epochs.
-  uint64_t after_first = 0;
-  for (uint64_t epoch = 1; epoch <= 50; ++epoch) {
-    ASSERT_TRUE((*gpu)->StartEpoch(epoch, 0).ok());
+  // Device memory stays within the budget over 50 epochs (batches, nvJPEG
+  // and the decoded windows together).
+  LoaderOptions bounded = DecodingLoader("cuda:0");
+  bounded.device_memory_budget = 128ull << 20;
+  auto l = Loader::Open(uri, bounded);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  uint64_t after_two = 0;
+  for (uint64_t epoch = 0; epoch < 50; ++epoch) {
+    ASSERT_TRUE((*l)->StartEpoch(epoch, 0).ok());
     while (true) {
-      auto b = (*gpu)->Next();
-      if (!b.ok()) break;
+      auto b = (*l)->Next();
+      if (!b.ok()) {
+        ASSERT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+        break;
+      }
     }
-    if (epoch == 2) after_first = (*gpu)->stats().peak_device_bytes;
+    if (epoch == 1) after_two = (*l)->stats().peak_device_bytes;
   }
-  EXPECT_EQ((*gpu)->stats().peak_device_bytes, after_first);
+  const LoaderStats end = (*l)->stats();
+  std::printf("device memory: peak %llu bytes after 2 epochs, %llu after 50 (budget %llu)\n",
+              (unsigned long long)after_two, (unsigned long long)end.peak_device_bytes,
+              (unsigned long long)bounded.device_memory_budget);
+  EXPECT_LE(end.peak_device_bytes, bounded.device_memory_budget);
+  EXPECT_EQ(end.decoded_hardware + end.decoded_cuda, 50u * 64);
 }
 #endif
 

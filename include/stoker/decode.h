@@ -20,7 +20,7 @@
 
 namespace stoker {
 
-enum class ImageDType : uint8_t { kUInt8 = 0, kFloat32 = 1, kFloat16 = 2 };
+enum class ImageDType : uint8_t { kUInt8 = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };
 enum class ImageLayout : uint8_t { kNHWC = 0, kNCHW = 1 };
 enum class CropMode : uint8_t {
   // The whole image resized to height x width (aspect ratio not kept), as
@@ -75,7 +75,9 @@ struct DecodeOptions {
   float std[3] = {0.229f, 0.224f, 0.225f};
   // Element type of the output. kUInt8 cannot be normalized; float32 and
   // float16 without normalize hold x / 255 (torchvision's ToTensor).
-  // float16 is float32's value rounded to nearest even. Default: kUInt8.
+  // float16 and bfloat16 are float32's value rounded to nearest even
+  // (bfloat16: for device delivery and C++; numpy has no bfloat16). Default:
+  // kUInt8.
   ImageDType dtype = ImageDType::kUInt8;
   // Default: kNHWC (uint8 HWC as decoded).
   ImageLayout layout = ImageLayout::kNHWC;

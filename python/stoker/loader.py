@@ -175,7 +175,7 @@ def _seconds(name, value, allow_zero=False):
 _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "flip", "normalize",
                 "dtype", "layout", "skip_corrupt", "device")
 _CROPS = {"resize": 0, "center": 1, "random_resized": 2}
-_DTYPES = {"uint8": 0, "float32": 1, "float16": 2}
+_DTYPES = {"uint8": 0, "float32": 1, "float16": 2, "bfloat16": 3}
 _LAYOUTS = {"NHWC": 0, "NCHW": 1}
 #: torchvision's ImageNet mean and std (normalize=True or "imagenet"): DecodeOptions'
 #: defaults (include/stoker/decode.h), as the decimals they were written as.
@@ -411,7 +411,8 @@ class Loader:
         ``{"field": name, "size": (H, W) or S, "crop": "resize" | "center" |
         "random_resized", "scale": (0.08, 1.0), "ratio": (3/4, 4/3),
         "resize_shorter": S, "flip": p, "normalize": (mean, std) | True,
-        "dtype": "uint8" | "float32" | "float16", "layout": "NHWC" | "NCHW",
+        "dtype": "uint8" | "float32" | "float16" | "bfloat16" (device delivery
+        only), "layout": "NHWC" | "NCHW",
         "skip_corrupt": False, "device": None}``: torchvision's Resize((H, W)), Resize(S) +
         CenterCrop (S defaults to max(H, W) * 256 / 224) or RandomResizedCrop(scale,
         ratio), then RandomHorizontalFlip(p), then ToTensor + Normalize
@@ -538,6 +539,16 @@ class Loader:
                              "'dlpack'")
         if device in ("", "cpu") and format == "dlpack":
             raise ValueError("format='dlpack' is for device delivery (device='cuda:N')")
+        decode_device = decode.get("device") if isinstance(decode, collections.abc.Mapping) \
+            else None
+        if decode_device not in (None, "", "cpu") and device in ("", "cpu"):
+            # The GPU's images are only in device memory: say where batches go.
+            raise ValueError(f"decode['device']={decode_device!r} decodes into the batches on "
+                             f"that GPU: pass device={decode_device!r} (and format='torch' or "
+                             "'dlpack') too")
+        if o.decode.dtype == _DTYPES["bfloat16"] and device in ("", "cpu"):
+            raise ValueError("decode dtype 'bfloat16' is for device delivery (device='cuda:N'): "
+                             "numpy has no bfloat16")
         self.device = device or None
         self.format = format
         _store_options(store, o.store)
@@ -554,13 +565,6 @@ class Loader:
         o.fields, o.device, o.read_unit, o.cache_dir, o.cache_policy = \
             fields or [], device, read_unit, cache, cache_policy
         o.direct_io = _bool("direct_io", direct_io)
-        decode_device = decode.get("device") if isinstance(decode, collections.abc.Mapping) \
-            else None
-        if decode_device not in (None, "", "cpu") and device in ("", "cpu"):
-            # The GPU's images are only in device memory: say where batches go.
-            raise ValueError(f"decode['device']={decode_device!r} decodes into the batches on "
-                             f"that GPU: pass device={decode_device!r} (and format='torch' or "
-                             "'dlpack') too")
         o.device_memory_budget = _int("device_memory_budget", device_memory_budget, 0, _U64)
         o.cache_bytes = _int("cache_bytes", cache_bytes, 0, _U64)
         o.ranks_per_node = _int("ranks_per_node", ranks_per_node, 0)

@@ -155,8 +155,11 @@ struct LoaderFlags {
       d->dtype = ImageDType::kFloat32;
     } else if (dtype == "float16") {
       d->dtype = ImageDType::kFloat16;
+    } else if (dtype == "bfloat16") {
+      d->dtype = ImageDType::kBFloat16;
     } else if (!dtype.empty()) {
-      return InvalidArgument("--dtype must be uint8, float32 or float16, not '" + dtype + "'");
+      return InvalidArgument("--dtype must be uint8, float32, float16 or bfloat16, not '" + dtype +
+                             "'");
     }
     if (layout == "nchw") {
       d->layout = ImageLayout::kNCHW;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "gpu/resize_math.h"
 #include "loader/fp16.h"
 
 namespace stoker {
@@ -234,6 +235,11 @@ void OutputTable::Build(const DecodeOptions& o) {
       f32[c][v] = normalize ? (x - mean[c]) / std[c] : x;
     }
     FloatsToHalves(f32[c], f16[c], 256);
+    for (int v = 0; v < 256; ++v) {
+      uint32_t bits;
+      std::memcpy(&bits, &f32[c][v], 4);
+      bf16[c][v] = gpu::FloatBitsToBFloat16(bits);  // the GPU kernel's rounding
+    }
   }
   built = true;
 }
@@ -280,6 +286,9 @@ void WriteOutput(const uint8_t* rgb, uint32_t h, uint32_t w, bool flip, ImageLay
       return;
     case ImageDType::kFloat16:
       Write(rgb, h, w, flip, layout, table.f16, static_cast<uint16_t*>(out));
+      return;
+    case ImageDType::kBFloat16:
+      Write(rgb, h, w, flip, layout, table.bf16, static_cast<uint16_t*>(out));
       return;
   }
 }

@@ -86,6 +86,7 @@ struct OutputTable {
   uint8_t u8[3][256];
   float f32[3][256];
   uint16_t f16[3][256];
+  uint16_t bf16[3][256];
 };
 void WriteOutput(const uint8_t* rgb, uint32_t h, uint32_t w, bool flip, ImageLayout layout,
                  const OutputTable& table, void* out);

@@ -57,6 +57,7 @@ size_t ImageDTypeSize(ImageDType t) {
     case ImageDType::kFloat32:
       return 4;
     case ImageDType::kFloat16:
+    case ImageDType::kBFloat16:
       return 2;
   }
   return 1;
@@ -94,7 +95,7 @@ Status ValidateDecodeOptions(const DecodeOptions& o) {
   if (uint8_t(o.crop) > uint8_t(CropMode::kRandomResized)) {
     return InvalidArgument("decode crop: unknown mode " + std::to_string(int(o.crop)));
   }
-  if (uint8_t(o.dtype) > uint8_t(ImageDType::kFloat16)) {
+  if (uint8_t(o.dtype) > uint8_t(ImageDType::kBFloat16)) {
     return InvalidArgument("decode dtype: unknown type " + std::to_string(int(o.dtype)));
   }
   if (uint8_t(o.layout) > uint8_t(ImageLayout::kNCHW)) {
@@ -124,7 +125,8 @@ Status ValidateDecodeOptions(const DecodeOptions& o) {
   if (o.normalize) {
     if (o.dtype == ImageDType::kUInt8) {
       return InvalidArgument(
-          "decode normalize needs dtype float32 or float16 (uint8 cannot hold normalized values)");
+          "decode normalize needs dtype float32, float16 or bfloat16 (uint8 cannot hold "
+          "normalized values)");
     }
     for (int c = 0; c < 3; ++c) {
       if (!std::isfinite(o.mean[c])) {

@@ -31,3 +31,11 @@ def test_stats_say_which_path_decoded(tmp_path):
     assert (s["decoded_cpu"], s["decoded_hardware"], s["decoded_cuda"]) == (6, 0, 0)
     raw = stoker.Loader(tmp_path / "ds", 3, rank=0, world_size=1)
     assert raw.stats()["decode_path"] == ""
+
+
+def test_bfloat16_images_are_for_device_delivery(tmp_path):
+    write_jpegs(tmp_path / "src", 2)
+    stoker.pack(tmp_path / "src", tmp_path / "ds")
+    with pytest.raises(ValueError, match="bfloat16.*device delivery"):
+        stoker.Loader(tmp_path / "ds", 2, decode={"field": "image", "dtype": "bfloat16"},
+                      rank=0, world_size=1)
