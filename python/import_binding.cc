@@ -125,6 +125,18 @@ py::dict ImportJsonlPy(const std::vector<std::string>& paths, const std::string&
   return ImportResultDict(uri, pp.Finish(std::move(r)));
 }
 
+py::dict ImportMegatronPy(const std::vector<std::string>& paths, const std::string& uri,
+                          const Fields& fields, uint64_t shard_bytes, uint32_t threads,
+                          py::object progress) {
+  PythonProgress pp(std::move(progress));
+  ImportOptions o = MakeImportOptions(fields, false, shard_bytes, threads, &pp);
+  Result<ImportResult> r = [&] {
+    py::gil_scoped_release release;
+    return ImportMegatron(paths, uri, o);
+  }();
+  return ImportResultDict(uri, pp.Finish(std::move(r)));
+}
+
 py::dict ExportWebDatasetPy(const std::string& uri, const std::string& out_dir,
                             uint64_t samples_per_tar, py::object progress) {
   PythonProgress pp(std::move(progress));
@@ -166,6 +178,9 @@ void BindImport(py::module_& m) {
   m.def("import_jsonl", &ImportJsonlPy, py::arg("paths"), py::arg("uri"),
         py::arg("fields") = Fields{}, py::arg("skip_bad") = false, py::arg("shard_bytes") = 0,
         py::arg("threads") = 0, py::arg("progress") = py::none());
+  m.def("import_megatron", &ImportMegatronPy, py::arg("paths"), py::arg("uri"),
+        py::arg("fields") = Fields{}, py::arg("shard_bytes") = 0, py::arg("threads") = 0,
+        py::arg("progress") = py::none());
   m.def("export_webdataset", &ExportWebDatasetPy, py::arg("uri"), py::arg("out_dir"),
         py::arg("samples_per_tar") = 0, py::arg("progress") = py::none());
 }

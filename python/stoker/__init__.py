@@ -28,7 +28,7 @@ from .dataset import inspect, pack, verify  # noqa: E402
 from .loader import BytesColumn, DistributedEnv, Loader, distributed_env  # noqa: E402
 from .writer import Writer, commit_parts  # noqa: E402
 from .mix import Mix, mix_counts  # noqa: E402
-from .importers import export_webdataset, import_jsonl, import_webdataset  # noqa: E402
+from .importers import export_webdataset, import_jsonl, import_megatron, import_webdataset  # noqa: E402,E501
 from . import metrics  # noqa: E402
 from .metrics import phase, timed_allreduce_hook  # noqa: E402
 
@@ -38,7 +38,7 @@ __all__ = [
     "Writer",
     "Mix", "mix_counts",
     "commit_parts",
-    "import_webdataset", "import_jsonl", "export_webdataset",
+    "import_webdataset", "import_jsonl", "import_megatron", "export_webdataset",
     "Loader", "BytesColumn", "DistributedEnv", "distributed_env", "pack", "inspect", "verify",
     "save", "load", "Checkpointer", "SaveHandle", "ShardedTensor",
     "metrics", "phase", "timed_allreduce_hook",

@@ -18,7 +18,7 @@ import there, and is raised.
 from . import _stoker
 from .writer import _type_text
 
-__all__ = ["import_webdataset", "import_jsonl", "export_webdataset"]
+__all__ = ["import_webdataset", "import_jsonl", "import_megatron", "export_webdataset"]
 
 
 def _paths(p):
@@ -58,6 +58,16 @@ def import_jsonl(paths, uri, *, fields=None, skip_bad=False, shard_bytes=None, t
     first line decides. Errors name FILE:LINE and the key."""
     return _stoker.import_jsonl(_paths(paths), str(uri), _fields(fields), bool(skip_bad),
                                 int(shard_bytes or 0), int(threads or 0), progress)
+
+
+def import_megatron(paths, uri, *, shard_bytes=None, threads=None, progress=None):
+    """Megatron-LM indexed datasets (each PREFIX, PREFIX.idx or PREFIX.bin) into
+    a new token dataset: one record per sequence, its tokens byte for byte in
+    a field "tokens" of the .idx's dtype, plus an int64
+    "document" field where a document holds several sequences. A bad .idx is
+    stoker.InvalidArgumentError naming the file, the offset and the field."""
+    return _stoker.import_megatron(_paths(paths), str(uri), [], int(shard_bytes or 0),
+                                   int(threads or 0), progress)
 
 
 def export_webdataset(uri, out_dir, *, samples_per_tar=None, progress=None):

@@ -299,6 +299,8 @@ Result<ImportResult> ImportMegatron(std::span<const std::string> paths, std::str
         next_report = progress.bytes_read + (16u << 20);
         progress.samples = writer->records();
         if (options.progress) options.progress(progress);
+        STOKER_RETURN_IF_ERROR(import::CheckCancelled(
+            options.cancelled, "Megatron import of " + s->idx.path(), progress));
       }
     }
     progress.bytes_read += s->idx.size();

@@ -202,3 +202,19 @@ def test_bad_megatron_index_is_named(tmp_path):
                         str(tmp_path / "ds")], capture_output=True, text=True)
     assert r.returncode != 0
     assert str(idx) in r.stderr and "offset 9" in r.stderr and "version 7" in r.stderr, r.stderr
+
+
+def test_import_megatron_from_python(tmp_path):
+    docs = named_docs(20)
+    write_megatron(tmp_path / "p", docs)
+    summary = stoker.import_megatron(str(tmp_path / "p"), str(tmp_path / "ds"), shard_bytes=8192)
+    assert summary["samples"] == 20 and summary["fields"] == ["'tokens' (array uint16[*])"]
+    flat = np.concatenate([np.asarray(d) for d in docs])
+    batch = next(iter(stoker.Loader(str(tmp_path / "ds"), batch_size=2, sequence_length=100,
+                                    shuffle=False)))
+    np.testing.assert_array_equal(batch["tokens"][1], flat[100:201])
+    bad = bytearray((tmp_path / "p.idx").read_bytes())
+    bad[0:1] = b"X"
+    (tmp_path / "p.idx").write_bytes(bytes(bad))
+    with pytest.raises(stoker.InvalidArgumentError, match=r"p\.idx: offset 0: magic"):
+        stoker.import_megatron(str(tmp_path / "p.idx"), str(tmp_path / "ds2"))
