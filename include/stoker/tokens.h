@@ -25,6 +25,7 @@
 // each thread reads through a TokenReader of its own.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -102,6 +103,10 @@ struct TokenDatasetOptions {
   bool verify = true;
   // Index reads in flight at open, and a TokenReader's. Default: 32.
   uint32_t reads_in_flight = 32;
+  // Deadline of one batch of reads (the indexes at open, a Read's pieces):
+  // past it the read fails with TimedOut naming the dataset, so a dead
+  // cluster is an error, not a hang. Default: 60 s (LoaderOptions::read_timeout).
+  std::chrono::milliseconds read_timeout{60000};
 };
 
 class TokenReader;
@@ -159,10 +164,12 @@ class TokenReader {
   friend class TokenDataset;
   TokenReader(const TokenDataset::Impl* ds, std::unique_ptr<ReadQueue> queue);
   const TokenDataset::Impl* ds_;
-  std::unique_ptr<ReadQueue> queue_;
   std::vector<ReadRequest> requests_;
   std::vector<ReadCompletion> done_;
   std::vector<std::byte> staging_;
+  // After staging_: destroyed first, so no read lands in freed memory.
+  std::unique_ptr<ReadQueue> queue_;
+  Status broken_;  // a timed-out Read: reads may still be landing in staging_
   uint64_t bytes_read_ = 0;
 };
 

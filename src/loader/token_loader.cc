@@ -312,6 +312,7 @@ Result<std::unique_ptr<Loader>> OpenTokenLoader(std::shared_ptr<Store> store,
   TokenDatasetOptions to;
   to.field = options.sequence_field;
   to.verify = options.sequence_verify;
+  to.read_timeout = options.read_timeout;
   if (options.reads_in_flight > 0) to.reads_in_flight = options.reads_in_flight;
   STOKER_ASSIGN_OR_RETURN(auto ds, TokenDataset::Open(std::move(store), std::move(manifest), to));
   STOKER_RETURN_IF_ERROR(

@@ -93,15 +93,17 @@ Status TokenDataset::Impl::ReadIndexes() {
   tails.resize(shards);
   views.resize(shards);
   doc_tokens.resize(manifest.sample_count);
-  ReadQueueOptions qo;
-  qo.depth = std::max<uint32_t>(1, options.reads_in_flight);
-  STOKER_ASSIGN_OR_RETURN(auto queue, store->NewReadQueue(qo));
   // A few thousand shards at a time: the headers' memory stays small.
   constexpr size_t kChunk = 4096;
   std::vector<std::array<std::byte, format::kShardHeaderBytes>> headers;
   std::vector<uint64_t> offsets;
   std::vector<ReadRequest> requests;
   std::vector<ReadCompletion> done;
+  // Declared after the buffers its reads land in, so that it is destroyed
+  // (its reads waited for) before them, also after a timeout.
+  ReadQueueOptions qo;
+  qo.depth = std::max<uint32_t>(1, options.reads_in_flight);
+  STOKER_ASSIGN_OR_RETURN(auto queue, store->NewReadQueue(qo));
   for (size_t first = 0; first < shards; first += kChunk) {
     const size_t count = std::min(kChunk, shards - first);
     headers.assign(count, {});
@@ -119,9 +121,10 @@ Status TokenDataset::Impl::ReadIndexes() {
     }
     STOKER_RETURN_IF_ERROR(queue->Submit(requests));
     done.clear();
+    const Deadline deadline = Clock::now() + options.read_timeout;
     while (done.size() < requests.size()) {
-      auto n = queue->Wait(requests.size() - done.size(), Deadline::max(), &done);
-      if (!n.ok()) return n.status();
+      auto n = queue->Wait(requests.size() - done.size(), deadline, &done);
+      if (!n.ok()) return n.status().WithContext("reading the shards' indexes of " + store->uri());
     }
     for (const ReadCompletion& c : done) {
       const ReadRequest& r = requests[c.tag];
@@ -239,6 +242,7 @@ struct PieceRead {
 Status TokenReader::Read(std::span<const TokenPiece> pieces, DType out_type,
                          std::span<std::byte> out) {
   const TokenDataset::Impl& ds = *ds_;
+  if (!broken_.ok()) return broken_;
   if (out_type != DType::kInt64 && out_type != DType::kInt32) {
     return InvalidArgument("token output type must be int64 or int32, not " +
                            std::string(format::DTypeName(out_type)));
@@ -283,9 +287,16 @@ Status TokenReader::Read(std::span<const TokenPiece> pieces, DType out_type,
   }
   STOKER_RETURN_IF_ERROR(queue_->Submit(requests_));
   done_.clear();
+  const Deadline deadline = Clock::now() + ds.options.read_timeout;
   while (done_.size() < requests_.size()) {
-    auto n = queue_->Wait(requests_.size() - done_.size(), Deadline::max(), &done_);
-    if (!n.ok()) return n.status();
+    auto n = queue_->Wait(requests_.size() - done_.size(), deadline, &done_);
+    if (!n.ok()) {
+      // Reads may still land in staging_: it is not touched again (the
+      // queue, declared after it, goes first when the reader does).
+      broken_ = n.status().WithContext("reading " + std::to_string(requests_.size()) +
+                                       " token ranges of " + ds.store->uri());
+      return broken_;
+    }
   }
   Status first = Status::Ok();
   for (const ReadCompletion& c : done_) {
