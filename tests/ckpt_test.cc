@@ -58,11 +58,11 @@ ckpt::PartRecord SamplePart() {
   p.part.rank = 1;
   uint64_t at = 0;
   for (const TensorRef& t : c.refs) {
-    p.part.tensors.push_back({t.name, t.dtype, t.shape, 1, at, t.data.size()});
+    p.part.tensors.push_back({t.name, t.dtype, t.shape, 1, at, t.data.size(), {}});
     at += t.data.size();
   }
-  p.part.chunks.push_back({"step-1/rank-00001/000000.chunk", at - 100, 7, 0});
-  p.part.chunks.push_back({"step-1/rank-00001/000001.chunk", 100, 9, at - 100});
+  p.part.chunks.push_back({"step-1/rank-00001/000000.chunk", at - 100, 7, 0, 0, {}});
+  p.part.chunks.push_back({"step-1/rank-00001/000001.chunk", 100, 9, at - 100, 0, {}});
   return p;
 }
 
@@ -289,14 +289,14 @@ TEST_P(CkptStoreTest, RestoreEqualsWhatWasSavedForEveryDtype) {
 
   // Into caller buffers, a subset, in the caller's order.
   std::vector<std::byte> a(c.refs[7].data.size()), b(c.refs[1].data.size());
-  std::vector<TensorDestination> dst = {{c.refs[7].name, a}, {c.refs[1].name, b}};
+  std::vector<TensorDestination> dst = {{c.refs[7].name, a, {}, {}, {}}, {c.refs[1].name, b, {}, {}, {}}};
   ASSERT_TRUE(ckpt_->RestoreInto("step-100", dst, {}).ok());
   EXPECT_TRUE(std::equal(a.begin(), a.end(), c.refs[7].data.begin()));
   EXPECT_TRUE(std::equal(b.begin(), b.end(), c.refs[1].data.begin()));
   std::vector<std::byte> wrong(3);
-  std::vector<TensorDestination> bad = {{c.refs[7].name, wrong}};
+  std::vector<TensorDestination> bad = {{c.refs[7].name, wrong, {}, {}, {}}};
   EXPECT_EQ(ckpt_->RestoreInto("step-100", bad, {}).status().code(), Code::kInvalidArgument);
-  std::vector<TensorDestination> unknown = {{"nope", wrong}};
+  std::vector<TensorDestination> unknown = {{"nope", wrong, {}, {}, {}}};
   auto u = ckpt_->RestoreInto("step-100", unknown, {});
   EXPECT_EQ(u.status().code(), Code::kNotFound);
   EXPECT_TRUE(Contains(u.status().message(), "no tensor 'nope'"));
@@ -325,7 +325,7 @@ TEST_P(CkptStoreTest, LargeAndSmallTensorsRestoreThroughEveryReadPath) {
   };
   const size_t big = find("opt.state.0.exp_avg"), small = find("extra.u8");
   std::vector<std::byte> a(c.refs[big].data.size()), b(c.refs[small].data.size());
-  std::vector<TensorDestination> dst = {{c.refs[big].name, a}, {c.refs[small].name, b}};
+  std::vector<TensorDestination> dst = {{c.refs[big].name, a, {}, {}, {}}, {c.refs[small].name, b, {}, {}, {}}};
   ASSERT_OK(ckpt_->RestoreInto("big", dst, {}).status());
   EXPECT_TRUE(std::equal(a.begin(), a.end(), c.refs[big].data.begin()));
   EXPECT_TRUE(std::equal(b.begin(), b.end(), c.refs[small].data.begin()));
@@ -917,7 +917,7 @@ TEST(CkptDirect, ChunksBypassThePageCacheUnlessSwitchedOff) {
                 (t.data.size() + misalign) / kDirectIoAlignment * kDirectIoAlignment +
                     kDirectIoAlignment)),
             &std::free);
-        dst.push_back({t.name, {blocks.back().get() + misalign, t.data.size()}});
+        dst.push_back({t.name, {blocks.back().get() + misalign, t.data.size()}, {}, {}, {}});
       }
       ASSERT_OK((*c)->RestoreInto("a", dst, {}).status());
       for (size_t i = 0; i < dst.size(); ++i) {
@@ -940,7 +940,7 @@ TEST(CkptRestore, NewMemoryFaultedInAheadKeepsEveryByte) {
   for (size_t i = 0; i < 6; ++i) {
     data.push_back(RandomBytes((8 << 20) + i * 4099, 500 + i));
     refs.push_back(
-        {"t" + std::to_string(i), DType::kUInt8, {int64_t(data.back().size())}, data.back()});
+        {"t" + std::to_string(i), DType::kUInt8, {int64_t(data.back().size())}, data.back(), {}});
   }
   auto c = OpenCheckpointer(dir.str() + "/ck");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
