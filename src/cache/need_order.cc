@@ -142,13 +142,13 @@ Result<NeedOrderBuilder> NeedOrderBuilder::Make(uint64_t dataset_id,
   first_po.rank = node.first;
   STOKER_ASSIGN_OR_RETURN(EpochPlan node_plan,
                           EpochPlan::Make(dataset_id, shard_samples, first_po, epoch, position));
-  NeedOrderBuilder b(std::move(node_plan));
+  NeedOrderBuilder b;
   b.key_ = MakeOrderKey(dataset_id, shard_samples.size(), plan, ranks_per_node, epoch, position);
   b.ranks_ = node.end - node.first;
   b.local_rank_ = plan.rank - node.first;
   std::vector<std::pair<uint32_t, uint32_t>> all;
   for (uint32_t r = node.first; r < node.end; ++r) {
-    STOKER_ASSIGN_OR_RETURN(EpochPlan p, b.plan_.ForRank(r));
+    STOKER_ASSIGN_OR_RETURN(EpochPlan p, node_plan.ForRank(r));
     b.steps_ = std::max(b.steps_, p.rank_samples());
     std::vector<RankVisit> visits = p.RankVisits();
     uint32_t g = 0;
@@ -170,6 +170,8 @@ Result<NeedOrderBuilder> NeedOrderBuilder::Make(uint64_t dataset_id,
     AppendRanges(g.visits, &all);
   }
   b.needed_ = Covered(std::move(all));
+  b.shard_at_.resize(shard_samples.size());
+  for (uint32_t k = 0; k < b.shard_at_.size(); ++k) b.shard_at_[k] = node_plan.ShardAtSlot(k);
   uint64_t reads[kMaxNodeRanks] = {};
   for (size_t g = 0; g < b.groups_.size(); ++g) reads[g] = b.groups_[g].reads;
   b.bytes_ = LayoutOf(shard_samples.size(), b.needed_, uint32_t(b.groups_.size()), reads).bytes;
@@ -199,7 +201,7 @@ void NeedOrderBuilder::Write(std::span<std::byte> out) const {
   auto* sequence = reinterpret_cast<uint32_t*>(base + l.sequence);
   std::fill(first_step, first_step + shards, kNever);
   // The one write per shard in shard order; all else goes in slot order.
-  for (uint32_t k = 0; k < shards; ++k) slot_of[plan_.ShardAtSlot(k)] = k;
+  for (uint32_t k = 0; k < shards; ++k) slot_of[shard_at_[k]] = k;
   // With one group whose visits begin at rising steps (the usual case), the
   // sequence is its reads' order with each visit's new shards sorted: a
   // shard's first step is that of the first visit that reads it.
@@ -220,7 +222,7 @@ void NeedOrderBuilder::Write(std::span<std::byte> out) const {
         // their shards come where it first reads them.
         if (rank_first[k] != kNoStep) continue;
         rank_first[k] = n;
-        rank_order[n++] = plan_.ShardAtSlot(k);
+        rank_order[n++] = shard_at_[k];
       }
       if (rising) {
         std::copy(rank_order + run, rank_order + n, sequence + run);
@@ -234,7 +236,7 @@ void NeedOrderBuilder::Write(std::span<std::byte> out) const {
     std::vector<std::pair<uint64_t, uint32_t>> by_step;
     by_step.reserve(needed_);
     for (uint32_t k = 0; k < shards; ++k) {
-      if (first_step[k] != kNever) by_step.emplace_back(first_step[k], plan_.ShardAtSlot(k));
+      if (first_step[k] != kNever) by_step.emplace_back(first_step[k], shard_at_[k]);
     }
     std::sort(by_step.begin(), by_step.end());
     for (size_t i = 0; i < by_step.size(); ++i) sequence[i] = by_step[i].second;

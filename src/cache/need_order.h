@@ -138,14 +138,16 @@ class NeedOrderBuilder {
   Result<NeedOrder> Build() const;
 
  private:
-  NeedOrderBuilder(EpochPlan plan) : plan_(std::move(plan)) {}
+  NeedOrderBuilder() = default;
   struct Group {
     // The group's visits (EpochPlan::RankVisits), with each visit's first
     // step the earliest of its ranks'.
     std::vector<RankVisit> visits;
     uint64_t reads = 0;  // distinct slots the visits read
   };
-  EpochPlan plan_;  // the node's first rank's (the slots' shards)
+  // Slot -> shard, from the node's plan, which goes once the visits are
+  // known (it is 20 B per shard; this, 4).
+  std::vector<uint32_t> shard_at_;
   OrderKey key_;
   uint32_t ranks_ = 0, local_rank_ = 0;
   uint64_t steps_ = 0, needed_ = 0, bytes_ = 0;
