@@ -224,6 +224,18 @@ TEST(Megatron, BadIndexNamesFileOffsetAndField) {
   EXPECT_EQ(r.status().code(), Code::kNotFound);
 }
 
+TEST(Megatron, CancelledImportCommitsNothing) {
+  TempDir dir;
+  WriteMegatron(dir.path() / "m", NamedDocs(30));
+  ImportOptions o;
+  o.cancelled = [] { return true; };
+  const std::string p = (dir.path() / "m").string();
+  auto r = ImportMegatron(std::span(&p, 1), (dir.path() / "ds").string(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCancelled) << r.status().ToString();
+  EXPECT_FALSE(fs::exists(dir.path() / "ds" / std::string(format::kManifestKey)));
+}
+
 TEST(JsonlTokens, TokenListsAndOutOfRangeNamesTheLine) {
   TempDir dir;
   const fs::path p = dir.path() / "t.jsonl";
