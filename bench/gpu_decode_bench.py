@@ -17,6 +17,10 @@ them), packs them, and measures images/s delivered into GPU memory as
               0.5}, device="cuda:0"): libjpeg-turbo in --workers threads
   stoker_gpu  the same with decode["device"] = "cuda:0" (nvJPEG: hardware
               engines, CUDA, CPU for the rest) at --gpu-threads threads
+  stoker_both CPU and GPU together: decode["device"] = "cuda:0" at
+              --workers threads with cpu_share = cpu / (cpu + gpu) of the
+              two rates above (the workers take that share of the GPU's
+              images); target: >= 0.9 x (stoker_cpu + stoker_gpu)
 
 Each way runs 1 + --repeats epochs on one loader; the first warms up and is
 not counted; the figure is the median images/s of the others, each epoch
@@ -28,7 +32,7 @@ decode_path. Prints a table and ratios; --json writes everything.
 
     PYTHONPATH=build/python python3 bench/gpu_decode_bench.py \\
         [--images 8000] [--repeats 3] [--workers 16] [--gpu-threads 4] \\
-        [--batch 256] [--ways dataloader,tv_gpu,stoker_cpu,stoker_gpu] \\
+        [--batch 256] [--ways dataloader,tv_gpu,stoker_cpu,stoker_gpu,stoker_both] \\
         [--dir DIR] [--json out.json]
 """
 
@@ -150,12 +154,15 @@ def way_tv_gpu(root, args):
     return epoch, None
 
 
-def way_stoker(uri, args, gpu):
+def way_stoker(uri, args, gpu, cpu_share=None):
     decode = {"field": "image", "size": (SIZE, SIZE), "crop": "random_resized",
               "scale": SCALE, "ratio": RATIO, "flip": 0.5}
     if gpu:
         decode["device"] = "cuda:0"
     threads = args.gpu_threads if gpu else args.workers
+    if cpu_share is not None:
+        decode["cpu_share"] = cpu_share
+        threads = args.workers
     loader = stoker.Loader(uri, args.batch, threads=threads, rank=0, world_size=1,
                            decode=decode, device="cuda:0", format="torch")
 
@@ -208,7 +215,7 @@ def main():
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--gpu-threads", type=int, default=4)
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--ways", default="dataloader,tv_gpu,stoker_cpu,stoker_gpu")
+    p.add_argument("--ways", default="dataloader,tv_gpu,stoker_cpu,stoker_gpu,stoker_both")
     p.add_argument("--dir", default=None, help="where to make the data (default: a temp folder)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -237,6 +244,16 @@ def main():
         "stoker_cpu": lambda: way_stoker(str(uri), args, gpu=False),
         "stoker_gpu": lambda: way_stoker(str(uri), args, gpu=True),
     }
+
+    def both():
+        c = out["ways"].get("stoker_cpu", {}).get("images_per_s")
+        g = out["ways"].get("stoker_gpu", {}).get("images_per_s")
+        if not c or not g:
+            raise RuntimeError("stoker_both needs stoker_cpu and stoker_gpu measured first")
+        out["cpu_share"] = c / (c + g)
+        print(f"  stoker_both: cpu_share {out['cpu_share']:.3f}", flush=True)
+        return way_stoker(str(uri), args, gpu=True, cpu_share=out["cpu_share"])
+    makers["stoker_both"] = both
     print(f"images/s into GPU memory, {SIZE}x{SIZE} RandomResizedCrop + flip, batch "
           f"{args.batch}, median of {args.repeats} epochs after a warm-up:", flush=True)
     for name in args.ways.split(","):
@@ -255,6 +272,10 @@ def main():
         if rate(a) and rate(b):
             ratios[f"{a}/{b}"] = rate(a) / rate(b)
             print(f"  {a} / {b}: {ratios[f'{a}/{b}']:.2f}x", flush=True)
+    if rate("stoker_both") and rate("stoker_cpu") and rate("stoker_gpu"):
+        k = "stoker_both/(stoker_cpu+stoker_gpu)"
+        ratios[k] = rate("stoker_both") / (rate("stoker_cpu") + rate("stoker_gpu"))
+        print(f"  {k}: {ratios[k]:.2f}", flush=True)
     out["ratios"] = ratios
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

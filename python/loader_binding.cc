@@ -271,6 +271,7 @@ void BindDecode(py::module_& m) {
       .def_readwrite("normalize", &DecodeOptions::normalize)
       .def_readwrite("skip_corrupt", &DecodeOptions::skip_corrupt)
       .def_readwrite("device", &DecodeOptions::device)
+      .def_readwrite("cpu_share", &DecodeOptions::cpu_share)
       .def("validate", [](const DecodeOptions& o) { Check(ValidateDecodeOptions(o)); });
   EnumProperty(c, "crop", &DecodeOptions::crop);  // CropMode's values
   EnumProperty(c, "dtype", &DecodeOptions::dtype);

@@ -588,6 +588,28 @@ TEST(FusedResizeKernel, EqualsItsReferenceOnTheGpu) {
 }
 
 
+// cpu_share: that fraction of the GPU's images stays with the workers,
+// chosen per sample, the same every time.
+TEST(GpuDecodeList, CpuShareKeepsAFractionOnTheCpuChosenPerSample) {
+  DecodeOptions o = Augment(CropMode::kRandomResized);
+  o.cpu_share = 0.3f;
+  ASSERT_TRUE(ValidateDecodeOptions(o).ok());
+  const auto good = Jpeg(120, 160, Kind::k420);
+  auto where = [] { return std::string("sample"); };
+  constexpr size_t kSamples = 2000;
+  GpuDecodeList a(&o, GpuDecodeCaps{true, true}, kSamples, 0, DecodedSampleBytes(o));
+  GpuDecodeList b(&o, GpuDecodeCaps{true, true}, kSamples, 0, DecodedSampleBytes(o));
+  size_t kept = 0;
+  for (size_t i = 0; i < kSamples; ++i) {
+    const bool x = a.Take(i, good, {4, 2, i}, where);
+    EXPECT_EQ(x, b.Take(i, good, {4, 2, i}, where));
+    kept += !x;
+  }
+  EXPECT_NEAR(double(kept) / kSamples, 0.3, 0.04);
+  o.cpu_share = 1.5f;
+  EXPECT_EQ(ValidateDecodeOptions(o).code(), Code::kInvalidArgument);
+}
+
 // ---- the loader -------------------------------------------------------------
 
 // The workers' side: what a batch leaves for the GPU, and what stays on

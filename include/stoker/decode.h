@@ -108,6 +108,12 @@ struct DecodeOptions {
   // decode running, the image column is whole in device memory only (the
   // host buffer holds the CPU-decoded images). Default: "".
   std::string device;
+  // With `device`: the fraction of the images the GPU would take that the
+  // workers decode instead, so that CPU and GPU work together; each sample
+  // is chosen from (seed, epoch, sample id), the same in every run. Set it
+  // to cpu / (cpu + gpu) of the images/s each reaches alone
+  // (bench/gpu_decode_bench.py does). Default: 0 (the GPU takes all it can).
+  float cpu_share = 0.0f;
 };
 
 // InvalidArgument naming the parameter when `o` is out of range (sizes,

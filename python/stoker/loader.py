@@ -173,7 +173,7 @@ def _seconds(name, value, allow_zero=False):
 
 
 _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "flip", "normalize",
-                "dtype", "layout", "skip_corrupt", "device")
+                "dtype", "layout", "skip_corrupt", "device", "cpu_share")
 _CROPS = {"resize": 0, "center": 1, "random_resized": 2}
 _DTYPES = {"uint8": 0, "float32": 1, "float16": 2, "bfloat16": 3}
 _LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -282,6 +282,8 @@ def _decode_options(decode):
     if decode.get("device") is not None:
         # "cuda:N": nvJPEG on that GPU (DecodeOptions::device); checked in C++.
         o.device = str(decode["device"])
+    if "cpu_share" in decode:
+        o.cpu_share = _decode_real("cpu_share", decode["cpu_share"])
     o.validate()  # ranges: stoker.InvalidArgumentError (a ValueError) naming the parameter
     return field, height, width, o
 
@@ -424,7 +426,9 @@ class Loader:
         GPU (nvJPEG's hardware engines, then CUDA, libjpeg-turbo for the
         rest; batches are delivered there); without nvJPEG it says so once
         and decodes on the CPU. stats() tells decoded_hardware, decoded_cuda,
-        decoded_cpu and decode_path.
+        decoded_cpu and decode_path. cpu_share=f (with device) has the
+        workers decode that fraction of the GPU's images too, chosen per
+        sample: CPU and GPU together.
         Each key defaults to the value shown (crop "resize", flip 0, no
         normalize, uint8, NHWC).
       fields: the fields to deliver (default: all).

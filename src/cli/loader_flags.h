@@ -55,6 +55,10 @@ struct LoaderFlags {
     cmd->add_option("--decode-device", options.decode.device,
                     "Decode JPEGs on this GPU (cuda:N, nvJPEG), the CPU taking what it does not; "
                     "implies --decode");
+    cmd->add_option("--decode-cpu-share", options.decode.cpu_share,
+                    "With --decode-device: the fraction of the GPU's images the workers decode "
+                    "instead (CPU and GPU together)")
+        ->capture_default_str();
     cmd->add_option("--cache", options.cache_dir,
                     "Node cache folder on local disk, shared by the node's ranks and jobs");
     cmd->add_option("--cache-gib", cache_gib,

@@ -113,6 +113,10 @@ Status ValidateDecodeOptions(const DecodeOptions& o) {
     return InvalidArgument("decode ratio " + Range(o.ratio_min, o.ratio_max) +
                            ": the crop's aspect ratio (w / h) needs 0 < min <= max");
   }
+  if (!(o.cpu_share >= 0 && o.cpu_share <= 1)) {
+    return InvalidArgument("decode cpu_share " + Num(o.cpu_share) +
+                           ": a fraction of the images, between 0 and 1");
+  }
   if (!(o.flip >= 0 && o.flip <= 1)) {
     return InvalidArgument("decode flip " + Num(o.flip) + ": a probability, between 0 and 1");
   }

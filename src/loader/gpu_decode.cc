@@ -6,6 +6,9 @@
 #include <mutex>
 #include <set>
 
+#include "loader/augment.h"
+#include "stoker/plan.h"
+
 namespace stoker {
 
 namespace {
@@ -31,6 +34,12 @@ bool GpuDecodeList::Take(size_t i, std::span<const std::byte> jpeg, const Sample
   if (!h.ok()) return false;
   const DecodeBackend b = RouteJpeg(*h, caps_);
   if (b == DecodeBackend::kCpu) return false;
+  if (decode_->cpu_share > 0) {
+    // A stream of its own, apart from the crop's draws.
+    constexpr uint64_t kShareStream = 0x4350555348415245ull;  // "CPUSHARE"
+    Rng rng(MixSeed({key.seed, key.epoch, key.sample_id, kShareStream}));
+    if (Uniform01(rng) < double(decode_->cpu_share)) return false;
+  }
   Entry& e = entries_[i];
   e.used = true;
   const auto* p = reinterpret_cast<const uint8_t*>(jpeg.data());
