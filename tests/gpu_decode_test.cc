@@ -439,6 +439,59 @@ TEST(FusedResizeReference, CloseToTheCpuPathOnTheSameCrop) {
   EXPECT_LT(total / 20, 3.0);
 }
 
+// The same on the loader tests' synthetic photos (noise on colour waves,
+// SynthesizeImageFolder) at 64x64: the figure GpuDecodeLoader.OnTheGpu's
+// bound allows for, before nvJPEG's own IDCT differences.
+TEST(FusedResizeReference, CloseToTheCpuPathOnSyntheticPhotos) {
+  testing::TempDir d;
+  SynthOptions so;
+  so.images = 16;
+  so.classes = 1;
+  so.mean_bytes = 30000;
+  ASSERT_TRUE(SynthesizeImageFolder((d.path() / "img").string(), so).ok());
+  DecodeOptions o = Augment(CropMode::kRandomResized);
+  o.height = o.width = 64;
+  DecodeScratch scratch;
+  double total = 0;
+  size_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(d.path() / "img")) {
+    if (!e.is_regular_file()) continue;
+    const auto jpeg = testing::ReadFile(e.path());
+    auto h = ParseJpegHeader(jpeg);
+    ASSERT_TRUE(h.ok());
+    std::vector<uint8_t> full(size_t(h->height) * h->width * 3);
+    tjhandle tj = tjInitDecompress();
+    ASSERT_EQ(tjDecompress2(tj, reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size(),
+                            full.data(), int(h->width), 0, int(h->height), TJPF_RGB,
+                            TJFLAG_ACCURATEDCT),
+              0);
+    tjDestroy(tj);
+    const SampleKey key{9, 0, n};
+    const GpuCropPlan p = PlanGpuCrop(o, h->height, h->width, key);
+    gpu::ImageJob j;
+    j.src = full.data() + (size_t(p.roi_y) * h->width + p.roi_x) * 3;
+    j.pitch = uint64_t(h->width) * 3;
+    j.y = p.y;
+    j.x = p.x;
+    j.flip = p.flip;
+    gpu::OutputSpec spec;
+    spec.height = spec.width = 64;
+    const auto gpu_pixels = RunReference(j, spec);
+    std::vector<std::byte> cpu(DecodedSampleBytes(o));
+    ASSERT_TRUE(DecodeSample(o, jpeg, key, cpu, &scratch).ok());
+    double diff = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      diff += std::abs(int(gpu_pixels[i]) - int(uint8_t(cpu[i])));
+    }
+    total += diff / double(cpu.size());
+    ++n;
+  }
+  std::printf("GPU reference vs CPU path, %zu synthetic photos, RandomResizedCrop to 64x64: "
+              "mean |diff| %.2f grey levels\n",
+              n, total / double(n));
+  EXPECT_LT(total / double(n), 4.0);
+}
+
 // bfloat16 on the CPU path (the fallback of a GPU decode delivering
 // bfloat16): float32's value rounded as the kernel rounds it.
 TEST(DecodeBFloat16, CpuPathRoundsFloat32AsTheKernel) {
