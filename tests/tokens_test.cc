@@ -583,6 +583,24 @@ TEST_F(TokenLoaderTest, BadOptionsAndStatesAreRefused) {
   EXPECT_NE(l.status().ToString().find("windows"), std::string::npos) << l.status().ToString();
 }
 
+// A StartEpoch refused (a position past the epoch) leaves Next() failing,
+// not waiting; the next good StartEpoch reads that epoch's own windows.
+TEST_F(TokenLoaderTest, RefusedStartEpochThenAnother) {
+  const LoaderOptions o = Options(20, 4, true);
+  auto l = Loader::Open(uri(), o);
+  ASSERT_TRUE(l.ok());
+  ASSERT_TRUE((*l)->Next().ok());
+  EXPECT_FALSE((*l)->StartEpoch(3, 1u << 30).ok());
+  auto b = (*l)->Next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+  ASSERT_OK((*l)->StartEpoch(0, 0));
+  b = (*l)->Next();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  Delivered fresh = RunWindows(uri(), o, 0, 1, LoaderState(0, 0), 1);
+  EXPECT_EQ(std::vector<uint64_t>(b->sample_ids().begin(), b->sample_ids().end()), fresh.ids);
+}
+
 TEST(TokenLoader, NoTokenFieldIsNamed) {
   TempDir dir;
   const fs::path p = dir.path() / "t.jsonl";

@@ -147,6 +147,7 @@ class TokenLoader final : public Loader {
   // The epoch (set by StartEpoch while no producer runs).
   TokenWindows windows_;
   bool have_windows_ = false;
+  uint64_t windows_epoch_ = 0;  // the epoch windows_ was built for
   uint64_t epoch_ = 0, start_ = 0, rank_windows_ = 0, num_batches_ = 0;
   LoaderState last_state_;
 
@@ -192,13 +193,17 @@ Result<uint64_t> TokenLoader::BatchesFrom(uint64_t /*epoch*/, uint64_t position)
 
 Status TokenLoader::StartEpoch(uint64_t epoch, uint64_t position) {
   Stop();
-  if (!have_windows_ || epoch != epoch_) {
+  // Until this epoch starts, Next() reports why it did not.
+  num_batches_ = 0;
+  next_ = 0;
+  if (!have_windows_ || epoch != windows_epoch_) {
     windows_ = TokenWindows::Build(ds_->doc_tokens(), options_.sequence_length,
                                    ds_->manifest().Id64(), options_.shuffle, options_.seed, epoch);
     have_windows_ = true;
+    windows_epoch_ = epoch;
   }
   if (position > windows_.size()) {
-    return InvalidArgument("resume position " + std::to_string(position) +
+    return failed_ = InvalidArgument("resume position " + std::to_string(position) +
                            " is past the end of the epoch (" + std::to_string(windows_.size()) +
                            " windows of " + std::to_string(options_.sequence_length) +
                            " + 1 tokens)");
