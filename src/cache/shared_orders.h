@@ -35,9 +35,9 @@
 namespace stoker::cache_internal {
 
 // How long a process waits for another to write an order before it
-// computes its own. Default: 30 s, ten times what 10^7 shards take on the
-// build VM (docs/benchmarks.md); a computing process that dies frees its
-// lock at once, so this bounds only a live but stuck one.
+// computes its own. Default: 30 s, about 15 times what one order of 10^7
+// shards took on the build VM (2 s, 8 ranks); a computing process that dies
+// frees its lock at once, so this bounds only a live but stuck one.
 inline constexpr std::chrono::milliseconds kOrderWait{30000};
 inline constexpr uint64_t kOrderLocks = 4096;
 
