@@ -240,9 +240,10 @@ class Encoder {
       // (SaveHandle.wait_staged), so its memory is never freed, nor reused
       // by the caching allocator, while a copy still reads it.
       v.device = t.attr("device").attr("index").cast<int>();
-      v.stream = reinterpret_cast<void*>(
-          torch_.attr("cuda").attr("current_stream")(t.attr("device")).attr("cuda_stream")
-              .cast<uintptr_t>());
+      v.stream = reinterpret_cast<void*>(torch_.attr("cuda")
+                                             .attr("current_stream")(t.attr("device"))
+                                             .attr("cuda_stream")
+                                             .cast<uintptr_t>());
     } else if (device != "cpu") {
       t = t.attr("to")("cpu");
     }
@@ -541,12 +542,12 @@ class IntoPlan {
     py::object local = piece.attr("local");
     const std::string dtype(DTypeName(t.dtype));
     const bool array = IsArray(local);
-    const std::string have = array ? NumpyName(local.attr("dtype"))
-                                   : TorchDTypeName(local.attr("dtype"));
+    const std::string have =
+        array ? NumpyName(local.attr("dtype")) : TorchDTypeName(local.attr("dtype"));
     if (have != dtype) {
-      throw py::value_error(Format(
-          "load(into=...): {} is a piece of {} elements, the checkpoint's tensor {!r} is {}",
-          py::make_tuple(where, local.attr("dtype"), t.text, dtype)));
+      throw py::value_error(
+          Format("load(into=...): {} is a piece of {} elements, the checkpoint's tensor {!r} is {}",
+                 py::make_tuple(where, local.attr("dtype"), t.text, dtype)));
     }
     TensorDestination d;
     d.name = t.text;
@@ -709,12 +710,12 @@ class DevicePlan {
       const size_t n = t.attr("numel")().cast<size_t>() * t.attr("element_size")().cast<size_t>();
       made_.emplace(v.text, t);
       if (n > 0) {
-        TensorDestination d{v.text,
-                            {reinterpret_cast<std::byte*>(t.attr("data_ptr")().cast<uintptr_t>()),
-                             n},
-                            {},
-                            {},
-                            {}};
+        TensorDestination d{
+            v.text,
+            {reinterpret_cast<std::byte*>(t.attr("data_ptr")().cast<uintptr_t>()), n},
+            {},
+            {},
+            {}};
         d.device = device_.attr("index").is_none() ? 0 : device_.attr("index").cast<int>();
         dst->push_back(std::move(d));
       }
@@ -725,8 +726,8 @@ class DevicePlan {
   void Collect(const StateValue& v, std::unordered_map<std::string, py::object>* out) {
     if (auto it = made_.find(v.text); it != made_.end() && v.kind >= Kind::kTensor) {
       if (v.kind == Kind::kParameter) {
-        (*out)[v.text] = torch_.attr("nn").attr("Parameter")(it->second,
-                                                             py::arg("requires_grad") = v.flag);
+        (*out)[v.text] =
+            torch_.attr("nn").attr("Parameter")(it->second, py::arg("requires_grad") = v.flag);
       } else {
         (*out)[v.text] = v.flag ? it->second.attr("requires_grad_")(true) : it->second;
       }

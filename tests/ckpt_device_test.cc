@@ -59,7 +59,8 @@ class CkptDevice : public ::testing::Test {
   static std::vector<DeviceTensor> State(size_t n, size_t bytes, uint8_t fill) {
     std::vector<DeviceTensor> v;
     for (size_t i = 0; i < n; ++i) {
-      v.push_back({"t" + std::to_string(i), std::vector<std::byte>(bytes + i, std::byte(fill + i))});
+      v.push_back(
+          {"t" + std::to_string(i), std::vector<std::byte>(bytes + i, std::byte(fill + i))});
     }
     return v;
   }
@@ -75,8 +76,8 @@ class CkptDevice : public ::testing::Test {
     ASSERT_EQ(r->tensors.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ(r->tensors[i].data.size(), want[i].bytes.size());
-      EXPECT_EQ(0, std::memcmp(r->tensors[i].data.data(), want[i].bytes.data(),
-                               want[i].bytes.size()))
+      EXPECT_EQ(0,
+                std::memcmp(r->tensors[i].data.data(), want[i].bytes.data(), want[i].bytes.size()))
           << name << " " << want[i].name;
     }
   }
@@ -151,8 +152,8 @@ TEST_F(CkptDevice, HostAndDeviceTensorsTogether) {
     auto r = ckpt_->Restore(name, {});
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->tensors[1].data[0], std::byte{9}) << name;
-    EXPECT_EQ(0, std::memcmp(r->tensors[2].data.data(), device[1].bytes.data(),
-                             device[1].bytes.size()));
+    EXPECT_EQ(
+        0, std::memcmp(r->tensors[2].data.data(), device[1].bytes.data(), device[1].bytes.size()));
   }
 }
 
@@ -252,8 +253,8 @@ TEST_F(CkptDevice, RestoresIntoDeviceMemoryThroughPinnedBuffers) {
   // A piece of a sharded tensor, into device memory.
   const testing::GlobalTensor g = testing::MakeGlobal("g", DType::kFloat32, {512, 512}, 3);
   SaveOptions so = Small();
-  ASSERT_OK(ckpt_->Save("step-2", std::vector<TensorRef>{{g.name, g.dtype, g.shape, g.bytes, {}}},
-                        so));
+  ASSERT_OK(
+      ckpt_->Save("step-2", std::vector<TensorRef>{{g.name, g.dtype, g.shape, g.bytes, {}}}, so));
   const testing::Piece want = testing::BoxPiece(g, {100, 128}, {300, 256});
   std::vector<std::byte> piece(want.bytes.size());
   TensorDestination d{g.name, piece, want.layout, g.dtype, want.shape};

@@ -135,11 +135,15 @@ inline std::vector<GlobalTensor> ShardedState(int64_t rows) {
 // How rank `rank` of `world` holds tensor i of ShardedState at save.
 inline Piece SavedPiece(const GlobalTensor& g, size_t i, int64_t world, int64_t rank) {
   switch (i) {
-    case 0: return DimPiece(g, 0, world, rank);   // FSDP-like rows
-    case 1: return DimPiece(g, 1, world, rank);   // tensor parallel columns
-    case 2: return FlatSplit(g, world, rank);     // ZeRO flat shards
-    case 3: return GridPiece(g, world, rank);     // a 2-D mesh
-    default: {                                    // replicated, saved whole
+    case 0:
+      return DimPiece(g, 0, world, rank);  // FSDP-like rows
+    case 1:
+      return DimPiece(g, 1, world, rank);  // tensor parallel columns
+    case 2:
+      return FlatSplit(g, world, rank);  // ZeRO flat shards
+    case 3:
+      return GridPiece(g, world, rank);  // a 2-D mesh
+    default: {                           // replicated, saved whole
       Piece p;
       p.shape = g.shape;
       p.bytes = g.bytes;
@@ -151,11 +155,16 @@ inline Piece SavedPiece(const GlobalTensor& g, size_t i, int64_t world, int64_t 
 // How rank `rank` of `world` wants tensor i at load: another split.
 inline Piece WantedPiece(const GlobalTensor& g, size_t i, int64_t world, int64_t rank) {
   switch (i) {
-    case 0: return DimPiece(g, 0, world, rank);
-    case 1: return DimPiece(g, 0, world, rank);   // rows where columns were saved
-    case 2: return DimPiece(g, 0, world, rank);   // a box of a flat-saved tensor
-    case 3: return FlatSplit(g, world, rank);     // flat of a box-saved tensor
-    default: return BoxPiece(g, std::vector<int64_t>(g.shape.size(), 0), g.shape);
+    case 0:
+      return DimPiece(g, 0, world, rank);
+    case 1:
+      return DimPiece(g, 0, world, rank);  // rows where columns were saved
+    case 2:
+      return DimPiece(g, 0, world, rank);  // a box of a flat-saved tensor
+    case 3:
+      return FlatSplit(g, world, rank);  // flat of a box-saved tensor
+    default:
+      return BoxPiece(g, std::vector<int64_t>(g.shape.size(), 0), g.shape);
   }
 }
 

@@ -136,8 +136,8 @@ TEST_P(CkptReshard, EightToTwoReadsWhatEachRankReceives) {
   Save("step-1", 8, 2048);  // model.w: 8 MiB, 1 MiB a rank
   for (int64_t rank = 0; rank < 2; ++rank) {
     auto [read, received] = Load("step-1", 2, rank, 2048);
-    EXPECT_LE(double(read), 1.05 * double(received)) << "rank " << rank << " read " << read
-                                                     << " bytes for " << received;
+    EXPECT_LE(double(read), 1.05 * double(received))
+        << "rank " << rank << " read " << read << " bytes for " << received;
   }
 }
 
@@ -285,10 +285,11 @@ TEST_P(CkptReshard, ABadLayoutIsRefusedAtSave) {
   const GlobalTensor g = testing::MakeGlobal("t", DType::kFloat32, {8, 8}, 1);
   Piece p = testing::DimPiece(g, 0, 2, 1);
   p.layout.offsets = {5, 0};
-  Status s = ckpt_->Save("x", std::vector<TensorRef>{{g.name, g.dtype, p.shape, p.bytes, p.layout}},
-                         {});
+  Status s =
+      ckpt_->Save("x", std::vector<TensorRef>{{g.name, g.dtype, p.shape, p.bytes, p.layout}}, {});
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_TRUE(Contains(s.message(), "tensor 't': layout box [4, 8] at [5, 0] of [8, 8]: dimension 0"))
+  EXPECT_TRUE(
+      Contains(s.message(), "tensor 't': layout box [4, 8] at [5, 0] of [8, 8]: dimension 0"))
       << s.message();
 }
 
@@ -336,7 +337,10 @@ TEST(CkptReshardRecords, LayoutsAndBlocksRoundTripAndAreChecked) {
       {[](auto& j) { j["tensors"][0]["layout"]["offsets"][0] = 3; }, "runs past the global 4"},
       {[](auto& j) { j["tensors"][0]["layout"]["offsets"] = {0}; }, "differ in length"},
       {[](auto& j) { j["tensors"][1]["layout"]["flat_start"] = 16; }, "run past the 25"},
-      {[](auto& j) { j["tensors"][1]["layout"]["offsets"] = {0, 0}; }, "exactly one of"},
+      {[](auto& j) {
+         j["tensors"][1]["layout"]["offsets"] = {0, 0};
+       },
+       "exactly one of"},
       {[](auto& j) { j["chunks"][0]["blocks"] = "0000000000000007aa"; }, "18 hex digits"},
       {[](auto& j) { j["chunks"][0]["block_bytes"] = 100; }, "block_bytes: 100"},
       {[](auto& j) { j["chunks"][0].erase("blocks"); }, "missing key \"chunks[0].hash\""},

@@ -289,7 +289,8 @@ TEST_P(CkptStoreTest, RestoreEqualsWhatWasSavedForEveryDtype) {
 
   // Into caller buffers, a subset, in the caller's order.
   std::vector<std::byte> a(c.refs[7].data.size()), b(c.refs[1].data.size());
-  std::vector<TensorDestination> dst = {{c.refs[7].name, a, {}, {}, {}}, {c.refs[1].name, b, {}, {}, {}}};
+  std::vector<TensorDestination> dst = {{c.refs[7].name, a, {}, {}, {}},
+                                        {c.refs[1].name, b, {}, {}, {}}};
   ASSERT_TRUE(ckpt_->RestoreInto("step-100", dst, {}).ok());
   EXPECT_TRUE(std::equal(a.begin(), a.end(), c.refs[7].data.begin()));
   EXPECT_TRUE(std::equal(b.begin(), b.end(), c.refs[1].data.begin()));
@@ -325,7 +326,8 @@ TEST_P(CkptStoreTest, LargeAndSmallTensorsRestoreThroughEveryReadPath) {
   };
   const size_t big = find("opt.state.0.exp_avg"), small = find("extra.u8");
   std::vector<std::byte> a(c.refs[big].data.size()), b(c.refs[small].data.size());
-  std::vector<TensorDestination> dst = {{c.refs[big].name, a, {}, {}, {}}, {c.refs[small].name, b, {}, {}, {}}};
+  std::vector<TensorDestination> dst = {{c.refs[big].name, a, {}, {}, {}},
+                                        {c.refs[small].name, b, {}, {}, {}}};
   ASSERT_OK(ckpt_->RestoreInto("big", dst, {}).status());
   EXPECT_TRUE(std::equal(a.begin(), a.end(), c.refs[big].data.begin()));
   EXPECT_TRUE(std::equal(b.begin(), b.end(), c.refs[small].data.begin()));

@@ -205,8 +205,8 @@ class CheckpointerImpl final : public Checkpointer {
       }
     }
     STOKER_ASSIGN_OR_RETURN(std::vector<TensorRef> host_staged, staging_.Snapshot(host));
-    std::vector<TensorRef> staged = *device ? (*device)->tensors()
-                                            : std::vector<TensorRef>(tensors.begin(), tensors.end());
+    std::vector<TensorRef> staged =
+        *device ? (*device)->tensors() : std::vector<TensorRef>(tensors.begin(), tensors.end());
     for (size_t k = 0; k < host_index.size(); ++k) staged[host_index[k]] = host_staged[k];
     auto state = std::make_shared<SaveHandle::State>();
     state->name = std::string(name);

@@ -98,8 +98,7 @@ class ChunkWriter {
   // (format 2, §4.1); 0: one per chunk (format 1).
   // `source`, when given, is asked for each chunk's bytes first.
   Result<RankPart> Write(const std::string& name, uint32_t rank, std::span<const TensorRef> tensors,
-                         uint64_t chunk_bytes, uint64_t block_bytes,
-                         ChunkSource* source = nullptr);
+                         uint64_t chunk_bytes, uint64_t block_bytes, ChunkSource* source = nullptr);
 
   // Puts a small object (a part record, a manifest) durably.
   Status PutSmall(const std::string& key, std::span<const std::byte> data);

@@ -71,7 +71,7 @@ void DeviceCopier::GiveEvent(int device, DeviceRuntime::Event e) {
 }
 
 Result<std::shared_ptr<StagedSave>> DeviceCopier::Start(std::span<const TensorRef> tensors,
-                                                       uint64_t chunk_bytes) {
+                                                        uint64_t chunk_bytes) {
   uint64_t device_bytes = 0;
   std::set<std::pair<int, void*>> callers;
   for (const TensorRef& t : tensors) {
@@ -280,7 +280,8 @@ Status StagedSave::CopyChunk(const ChunkPlan& c, std::byte* slot) {
         std::lock_guard l(copier_->mu_);
         STOKER_ASSIGN_OR_RETURN(copy, copier_->StreamOf(seg.device));
       }
-      STOKER_RETURN_IF_ERROR(copier_->rt_->CopyD2H(seg.device, slot + at, seg.src, seg.bytes, copy));
+      STOKER_RETURN_IF_ERROR(
+          copier_->rt_->CopyD2H(seg.device, slot + at, seg.src, seg.bytes, copy));
       used.emplace(seg.device, copy);
     }
     at += seg.bytes;

@@ -2,13 +2,12 @@
 // docs/checkpoint.md §2, §3.
 #include "ckpt/records.h"
 
-#include "ckpt/reshard.h"
-
 #include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "ckpt/reshard.h"
 #include "core/file_util.h"
 #include "format/coding.h"
 #include "format/framed_json.h"
@@ -212,7 +211,8 @@ Status DecodeLayout(const json& lj, const std::string& path, const Checker& c, T
   for (size_t d = 0; d < offsets->size(); ++d) {
     const json& o = (*offsets)[d];
     if (!o.is_number_unsigned() || o.get<uint64_t>() > (1ull << 62)) {
-      return c.Error(path + ".offsets", "entry " + std::to_string(d) + " is not an unsigned integer");
+      return c.Error(path + ".offsets",
+                     "entry " + std::to_string(d) + " is not an unsigned integer");
     }
     l.offsets.push_back(static_cast<int64_t>(o.get<uint64_t>()));
     if (l.offsets[d] + t->shape[d] > l.global_shape[d]) {
@@ -286,8 +286,8 @@ Status DecodeRank(const json& obj, const std::string& path, std::string_view nam
       ci.block_hashes.resize(count);
       for (uint64_t b = 0; b < count; ++b) {
         if (!ParseHex16(std::string_view(*s).substr(b * 16, 16), &ci.block_hashes[b])) {
-          return c.Error(cp + ".blocks", "block " + std::to_string(b) +
-                                             " is not 16 lowercase hex digits");
+          return c.Error(cp + ".blocks",
+                         "block " + std::to_string(b) + " is not 16 lowercase hex digits");
         }
       }
     } else {
@@ -462,8 +462,8 @@ Result<PartRecord> DecodePart(std::span<const std::byte> data, std::string_view 
 }
 
 std::string EncodeCheckpointManifest(const CheckpointManifest& m) {
-  const uint32_t version = VersionFor(m.ranks, m.format_version == 0 ? kCheckpointFormatVersion
-                                                                     : m.format_version);
+  const uint32_t version =
+      VersionFor(m.ranks, m.format_version == 0 ? kCheckpointFormatVersion : m.format_version);
   ojson j;
   j["format_version"] = version;
   j["name"] = m.name;

@@ -192,8 +192,7 @@ Result<std::map<std::string, Global, std::less<>>> Index(const CheckpointManifes
       return Corruption(where + ": tensor '" + name + "': rank " + std::to_string(t->rank) +
                         " saved it whole as " + std::string(DTypeName(t->dtype)) + " " +
                         DimsText(t->shape) + ", rank " + std::to_string(g.first->rank) +
-                        " a piece of " + std::string(DTypeName(g.dtype)) + " " +
-                        DimsText(g.shape));
+                        " a piece of " + std::string(DTypeName(g.dtype)) + " " + DimsText(g.shape));
     }
     g.boxes.push_back({t, {Dims(t->shape.size(), 0), t->shape}, 0, 0});
     g.ranks.insert(t->rank);
@@ -205,11 +204,10 @@ Result<std::map<std::string, Global, std::less<>>> Index(const CheckpointManifes
     std::stable_sort(g.boxes.begin(), g.boxes.end(), [&](const Stored& a, const Stored& b) {
       return std::make_tuple(box_key(a), a.t->rank) < std::make_tuple(box_key(b), b.t->rank);
     });
-    g.boxes.erase(std::unique(g.boxes.begin(), g.boxes.end(),
-                              [&](const Stored& a, const Stored& b) {
-                                return box_key(a) == box_key(b);
-                              }),
-                  g.boxes.end());
+    g.boxes.erase(
+        std::unique(g.boxes.begin(), g.boxes.end(),
+                    [&](const Stored& a, const Stored& b) { return box_key(a) == box_key(b); }),
+        g.boxes.end());
     for (const Stored& s : g.boxes) {
       if (!s.box.len.empty()) g.max_len0 = std::max(g.max_len0, s.box.len[0]);
     }
@@ -250,7 +248,8 @@ class Copies {
     bytes_ += n;
     if (out_->size() > first_) {
       PieceCopy& last = out_->back();
-      if (last.rank == t.rank && last.stream_offset + last.bytes == so && last.dst + last.bytes == d) {
+      if (last.rank == t.rank && last.stream_offset + last.bytes == so &&
+          last.dst + last.bytes == d) {
         last.bytes += n;
         return;
       }
@@ -319,7 +318,8 @@ std::string LayoutProblem(const TensorLayout& l, std::span<const int64_t> shape)
   const int64_t global = Numel(l.global_shape);
   switch (l.kind) {
     case TensorLayout::Kind::kWhole:
-      return l.global_shape.empty() && l.offsets.empty() ? "" : "a whole tensor has no global shape";
+      return l.global_shape.empty() && l.offsets.empty() ? ""
+                                                         : "a whole tensor has no global shape";
     case TensorLayout::Kind::kFlat:
       if (global < 0) return "its global shape has too many elements";
       if (shape.size() != 1) return "a flat piece is 1-D, not of shape " + DimsText(shape);
@@ -362,9 +362,8 @@ Result<std::vector<PieceCopy>> PlanReshard(const CheckpointManifest& m,
     const size_t elem = DTypeSize(g.dtype);
     auto refuse = [&](const std::string& why) {
       return InvalidArgument(where + ": tensor '" + d.name + "': " + why + " (the destination is " +
-                             std::string(DTypeName(d.dtype)) + " " +
-                             LayoutText(d.layout, d.shape) + "; the checkpoint holds " + Pieces(g) +
-                             ")");
+                             std::string(DTypeName(d.dtype)) + " " + LayoutText(d.layout, d.shape) +
+                             "; the checkpoint holds " + Pieces(g) + ")");
     };
     if (std::string why = LayoutProblem(d.layout, d.shape); !why.empty()) return refuse(why);
     if (d.layout.kind == TensorLayout::Kind::kWhole) return refuse("a whole destination");
@@ -372,8 +371,8 @@ Result<std::vector<PieceCopy>> PlanReshard(const CheckpointManifest& m,
     if (d.layout.global_shape != g.shape) return refuse("another global shape");
     const int64_t numel = Numel(d.shape);
     if (numel < 0 || static_cast<uint64_t>(numel) * elem != d.data.size()) {
-      return refuse("its memory is " + std::to_string(d.data.size()) +
-                    " bytes, its shape makes " + std::to_string(numel * int64_t(elem)));
+      return refuse("its memory is " + std::to_string(d.data.size()) + " bytes, its shape makes " +
+                    std::to_string(numel * int64_t(elem)));
     }
     Copies copies(&out, d.data.data(), elem, d.device);
     const Box global{Dims(g.shape.size(), 0), g.shape};
@@ -460,8 +459,9 @@ Result<std::vector<PieceCopy>> PlanReshard(const CheckpointManifest& m,
                       std::to_string((d.data.size() - copies.bytes()) / elem) + " of the " +
                       std::to_string(numel) + " elements of " + LayoutText(d.layout, d.shape) +
                       " are missing; " +
-                      (none.empty() ? "every rank saved pieces of it"
-                                    : "rank(s) " + none + " saved no piece of it, and should have") +
+                      (none.empty()
+                           ? "every rank saved pieces of it"
+                           : "rank(s) " + none + " saved no piece of it, and should have") +
                       ")");
     }
   }

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -255,8 +255,8 @@ struct WorkerQueues {
 // (anew after a fallback) and gives what sees the bytes as they land.
 // Errors name the chunk's URI and its tensors.
 Result<size_t> ReadChunkPieces(Store& store, WorkerQueues& q, std::atomic<bool>& direct_ok,
-                               const std::string& uri, const RankPart& part,
-                               const ChunkInfo& chunk, const std::vector<Piece>& pieces,
+                               const std::string& uri, const RankPart& part, const ChunkInfo& chunk,
+                               const std::vector<Piece>& pieces,
                                const std::function<Observer()>& start) {
   const bool direct = direct_ok.load(std::memory_order_relaxed) && AllAligned(pieces);
   auto read = [&](bool d) {
@@ -426,8 +426,8 @@ Status Restorer::RestoreInto(const CheckpointManifest& m, std::span<const Tensor
                                std::to_string(device[i].data.size()));
       }
       if (wanted[i]->bytes == 0) continue;
-      copies.push_back({wanted[i]->rank, wanted[i]->offset, device[i].data.data(),
-                        wanted[i]->bytes, device[i].device});
+      copies.push_back({wanted[i]->rank, wanted[i]->offset, device[i].data.data(), wanted[i]->bytes,
+                        device[i].device});
     }
     STOKER_RETURN_IF_ERROR(ReadCopies(m, std::move(copies)));
   }
@@ -529,8 +529,8 @@ Status Restorer::RestoreResharded(const CheckpointManifest& m,
 }
 
 Status Restorer::ReadCopies(const CheckpointManifest& m, std::vector<PieceCopy> copies) {
-  const bool device = std::any_of(copies.begin(), copies.end(),
-                                  [](const PieceCopy& c) { return c.device >= 0; });
+  const bool device =
+      std::any_of(copies.begin(), copies.end(), [](const PieceCopy& c) { return c.device >= 0; });
   if (device && copier_ == nullptr) {
     return Unsupported("restore of checkpoint " + m.name + ": no device copier for device memory");
   }
@@ -562,20 +562,19 @@ Status Restorer::ReadCopies(const CheckpointManifest& m, std::vector<PieceCopy> 
     std::byte* buf = to_device ? pinned.data() : scratch[w].Get(n);
     std::vector<Piece> pieces;
     for (uint64_t o = 0; o < n; o += kReadPiece) {
-      pieces.push_back({span.begin + o, {buf + o, static_cast<size_t>(std::min(kReadPiece, n - o))}});
+      pieces.push_back(
+          {span.begin + o, {buf + o, static_cast<size_t>(std::min(kReadPiece, n - o))}});
     }
     // A whole format-1 chunk is hashed as one stream as it lands; blocks
     // are hashed once the span is in.
     const bool whole = chunk.block_hashes.empty();
     std::optional<format::Hash64Stream> stream;
-    auto got = ReadChunkPieces(*store_, queues[w], direct_ok, KeyUri(chunk.key), part, chunk,
-                               pieces, [&]() -> Observer {
-                                 stream.emplace();
-                                 if (!whole) return nullptr;
-                                 return [&stream](std::span<const std::byte> p) {
-                                   stream->Update(p);
-                                 };
-                               });
+    auto got = ReadChunkPieces(
+        *store_, queues[w], direct_ok, KeyUri(chunk.key), part, chunk, pieces, [&]() -> Observer {
+          stream.emplace();
+          if (!whole) return nullptr;
+          return [&stream](std::span<const std::byte> p) { stream->Update(p); };
+        });
     if (!got.ok()) return got.status();
     if (*got != n) {
       return Corruption(KeyUri(chunk.key) + ": truncated: " + std::to_string(span.begin + *got) +
@@ -592,9 +591,8 @@ Status Restorer::ReadCopies(const CheckpointManifest& m, std::vector<PieceCopy> 
         const size_t len = static_cast<size_t>(std::min(chunk.block_bytes, n - o));
         if (format::Hash64({buf + o, len}) != chunk.block_hashes[b]) {
           return Corruption(KeyUri(chunk.key) + ": checksum mismatch in block " +
-                            std::to_string(b) + " (bytes " + std::to_string(span.begin + o) +
-                            ".." + std::to_string(span.begin + o + len) + ")" +
-                            ChunkContext(part, chunk));
+                            std::to_string(b) + " (bytes " + std::to_string(span.begin + o) + ".." +
+                            std::to_string(span.begin + o + len) + ")" + ChunkContext(part, chunk));
         }
       }
     }

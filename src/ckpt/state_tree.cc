@@ -431,8 +431,8 @@ Status LoadPlanned(Checkpointer& c, RestoreOptions ro, const StatePlan& plan,
   }
   const TensorInfo* doc = planned ? StructureOf(*planned) : nullptr;
   std::string structure(doc ? doc->bytes : 0, '\0');
-  TensorDestination d{std::string(kStructureTensor), std::as_writable_bytes(std::span(structure)),
-                      {}, {}, {}};
+  TensorDestination d{
+      std::string(kStructureTensor), std::as_writable_bytes(std::span(structure)), {}, {}, {}};
   if (doc != nullptr) {
     STOKER_RETURN_IF_ERROR(c.RestoreInto(m.name, {&d, 1}, ro).status());
   } else {

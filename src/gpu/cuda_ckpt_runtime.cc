@@ -59,21 +59,21 @@ class CudaCkptRuntime final : public ckpt::DeviceRuntime {
   }
   Status StreamWait(int device, Stream s, Event e) override {
     DeviceGuard g(device);
-    return CudaStatus(device, "cudaStreamWaitEvent",
-                      cudaStreamWaitEvent(static_cast<cudaStream_t>(s),
-                                          static_cast<cudaEvent_t>(e), 0));
+    return CudaStatus(
+        device, "cudaStreamWaitEvent",
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0));
   }
   Status CopyD2H(int device, void* dst, const void* src, size_t n, Stream s) override {
     DeviceGuard g(device);
-    return CudaStatus(device, "cudaMemcpyAsync(device to host, " + std::to_string(n) + " bytes)",
-                      cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost,
-                                      static_cast<cudaStream_t>(s)));
+    return CudaStatus(
+        device, "cudaMemcpyAsync(device to host, " + std::to_string(n) + " bytes)",
+        cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(s)));
   }
   Status CopyH2D(int device, void* dst, const void* src, size_t n, Stream s) override {
     DeviceGuard g(device);
-    return CudaStatus(device, "cudaMemcpyAsync(host to device, " + std::to_string(n) + " bytes)",
-                      cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice,
-                                      static_cast<cudaStream_t>(s)));
+    return CudaStatus(
+        device, "cudaMemcpyAsync(host to device, " + std::to_string(n) + " bytes)",
+        cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(s)));
   }
   Status Synchronize(int device, Event e) override {
     return CudaStatus(device, "cudaEventSynchronize",
