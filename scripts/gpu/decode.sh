@@ -18,7 +18,8 @@
 #        3 grey levels of the CPU path, device memory flat over 50 epochs)
 #     3. the Python binding built there (as gpu-check.sh), then
 #        bench/gpu_decode_bench.py on 6000 JPEGs: DataLoader (16 workers),
-#        torchvision's decode_jpeg(device="cuda"), stoker CPU, stoker GPU;
+#        torchvision's decode_jpeg(device="cuda"), stoker CPU, stoker GPU,
+#        stoker CPU+GPU (cpu_share from the two);
 #        medians of 3 epochs
 #     4. the GPU tests again under compute-sanitizer memcheck (last: it is
 #        the slowest; each step has a timeout, the whole fits in ~9 min)

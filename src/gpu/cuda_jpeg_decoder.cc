@@ -156,6 +156,37 @@ class CudaJpegDecoder final : public JpegDecoder {
                      CudaStreamHandle stream_handle, JpegDecodeResult* result) override {
     DeviceGuard guard(device_);
     STOKER_RETURN_IF_ERROR(CudaStatus(device_, "cudaSetDevice", guard.status()));
+    // In chunks whose windows fit half the budget (nvJPEG's own buffers
+    // take from the rest), one image at the least, each decoded and resized
+    // before the next reuses the arena (stream order keeps them apart).
+    const uint64_t cap = std::max<uint64_t>(budget_.limit / 2, 1);
+    size_t begin = 0;
+    while (begin < jobs.size()) {
+      size_t end = begin;
+      uint64_t bytes = 0;
+      while (end < jobs.size()) {
+        const uint64_t need = uint64_t(jobs[end].image_w) * 3 * jobs[end].image_h;  // at most
+        if (end > begin && bytes + need > cap) break;
+        bytes += need;
+        ++end;
+      }
+      JpegDecodeResult part;
+      STOKER_RETURN_IF_ERROR(
+          DecodeChunk(jobs.subspan(begin, end - begin), spec, device_column, stream_handle, &part));
+      result->hardware += part.hardware;
+      result->cuda += part.cuda;
+      for (size_t k = 0; k < part.failed.size(); ++k) {
+        result->failed.push_back(part.failed[k] + uint32_t(begin));
+        result->why.push_back(std::move(part.why[k]));
+      }
+      begin = end;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status DecodeChunk(std::span<const JpegJob> jobs, const OutputSpec& spec, void* device_column,
+                     CudaStreamHandle stream_handle, JpegDecodeResult* result) {
     const auto s = reinterpret_cast<cudaStream_t>(stream_handle);
     const size_t n = jobs.size();
     // Where each job's window goes in the arena: hardware ones decode
@@ -171,7 +202,15 @@ class CudaJpegDecoder final : public JpegDecoder {
       offset[i] = total;
       total += (pitch[i] * (on_hw[i] ? j.roi_h : j.image_h) + 255) / 256 * 256;
     }
-    STOKER_RETURN_IF_ERROR(Reserve(total, s));
+    if (Status st = Reserve(total, s); !st.ok()) {
+      if (st.code() != Code::kNoSpace) return st;
+      // No room for the windows: these images go to the CPU, the batch goes on.
+      for (size_t i = 0; i < n; ++i) {
+        result->failed.push_back(uint32_t(i));
+        result->why.push_back(st);
+      }
+      return Status::Ok();
+    }
     std::vector<uint8_t> ok(n, 0);
     // The engines, in one batched call.
     std::vector<uint32_t> hw_index;
@@ -237,7 +276,6 @@ class CudaJpegDecoder final : public JpegDecoder {
     return CudaStatus(device_, "cudaEventRecord", cudaEventRecord(done_, s));
   }
 
- private:
   // The engines' own say per image (nvjpegDecodeBatchedSupportedEx with its
   // ROI): 0 is "supported". Those refused go to CUDA.
   Status CheckEngines(std::span<const JpegJob> jobs, std::vector<uint8_t>* on_hw) {
@@ -305,7 +343,7 @@ class CudaJpegDecoder final : public JpegDecoder {
                                 JpegDecodeResult* result) {
     std::vector<JpegJob> again(jobs.begin(), jobs.end());
     for (JpegJob& j : again) j.hardware = false;
-    return DecodeBatch(again, spec, device_column, stream, result);
+    return DecodeChunk(again, spec, device_column, stream, result);
   }
 
   // An arena of at least `bytes`, in stream order: the old one is freed on
@@ -318,7 +356,9 @@ class CudaJpegDecoder final : public JpegDecoder {
       arena_ = nullptr;
       arena_bytes_ = 0;
     }
-    const uint64_t want = bytes + bytes / 4;  // batches vary
+    // Batches vary: a quarter more where the budget has room for it.
+    const uint64_t room = budget_.limit > budget_.used.load() ? budget_.limit - budget_.used.load() : 0;
+    const uint64_t want = std::max(bytes, std::min(bytes + bytes / 4, room));
     if (!budget_.Take(want)) {
       return NoSpace(DeviceName(device_) + ": the GPU decode needs " + std::to_string(want) +
                      " bytes of device memory for a batch's decoded images, and its budget of " +
