@@ -1,5 +1,5 @@
 // stoker pack SRC... DST: an ImageFolder tree, a 'PATH LABEL' list, WebDataset
-// tars or JSONL files into a dataset.
+// tars, JSONL files or Megatron .bin/.idx pairs into a dataset.
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,7 +17,7 @@ struct Args {
   std::string from;
   std::vector<std::string> fields;
   bool skip_bad = false;
-  bool tokens = false;             // --tokens: token documents
+  bool tokens = false;  // --tokens: token documents
   std::string token_key = "tokens";
   std::string token_dtype = "uint32";
   double shard_mib = 4;
@@ -88,19 +88,22 @@ int Import(const Args& a, const std::string& kind, std::span<const std::string> 
     bar.Update(p.bytes_read, p.bytes_total, extra);
   };
   auto r = kind == "webdataset" ? ImportWebDataset(srcs, dst, o)
-           : kind == "megatron"   ? ImportMegatron(srcs, dst, o)
-                                  : ImportJsonl(srcs, dst, o);
+           : kind == "megatron" ? ImportMegatron(srcs, dst, o)
+                                : ImportJsonl(srcs, dst, o);
   bar.Finish();
   if (!r.ok()) return Fail(r.status());
   const double secs = bar.Seconds();
   std::printf("imported %lu samples from %zu %s file%s", (unsigned long)r->samples,
               r->sources.size(),
-              kind == "webdataset" ? "tar" : kind == "megatron" ? "Megatron .idx/.bin" : "JSONL",
+              kind == "webdataset" ? "tar"
+              : kind == "megatron" ? "Megatron .idx/.bin"
+                                   : "JSONL",
               r->sources.size() == 1 ? "" : "s");
   if (r->skipped) std::printf(" (%lu bad skipped)", (unsigned long)r->skipped);
   std::printf(" into %zu shards, %s, in %.1f s (%.0f MB/s of source): %s\n",
-              r->manifest.shards.size(), HumanBytes(double(r->manifest.shards.total_bytes())).c_str(),
-              secs, secs > 0 ? r->source_bytes / secs / 1e6 : 0.0, dst.c_str());
+              r->manifest.shards.size(),
+              HumanBytes(double(r->manifest.shards.total_bytes())).c_str(), secs,
+              secs > 0 ? r->source_bytes / secs / 1e6 : 0.0, dst.c_str());
   if (r->skipped) std::fprintf(stderr, "stoker: last skipped: %s\n", r->last_skip_reason.c_str());
   return 0;
 }
@@ -111,21 +114,24 @@ void RegisterPack(CLI::App& app, Action* action) {
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "pack",
-      "Pack an ImageFolder tree, a 'PATH LABEL' list, WebDataset tars or JSONL files into a "
-      "dataset");
-  cmd->add_option("SRC... DST", args->paths,
-                  "Sources (an ImageFolder root, a list file, .tar files or folders of them, "
-                  ".jsonl files), then the dataset URI: a folder, file:///path or "
-                  "rados://POOL/PREFIX")
+      "Pack an ImageFolder tree, a 'PATH LABEL' list, WebDataset tars, JSONL files or Megatron "
+      ".bin/.idx pairs into a dataset");
+  cmd->add_option(
+         "SRC... DST", args->paths,
+         "Sources (an ImageFolder root, a list file, .tar files or folders of them, "
+         ".jsonl files, Megatron PREFIX.idx), then the dataset URI: a folder, file:///path or "
+         "rados://POOL/PREFIX")
       ->required();
-  cmd->add_option("--from", args->from,
-                  "Source kind (default: recognised from the paths: .tar files or folders of "
-                  "them are webdataset, .jsonl files jsonl, .idx/.bin pairs megatron, else imagefolder or "
-                  "list)")
+  cmd->add_option(
+         "--from", args->from,
+         "Source kind (default: recognised from the paths: .tar files or folders of "
+         "them are webdataset, .jsonl files jsonl, .idx/.bin pairs megatron, else imagefolder or "
+         "list)")
       ->check(CLI::IsMember({"webdataset", "jsonl", "megatron", "imagefolder", "list"}));
   cmd->add_flag("--tokens", args->tokens,
-                "Token documents for sequence_length windows: JSONL lines' --token-key list "
-                "as a --token-dtype[*] field 'tokens' (Megatron .idx/.bin pairs always are)");
+                "Token documents for sequence_length windows: each JSONL line's --token-key list "
+                "as a --token-dtype[*] field of that name, other keys only as --field gives them "
+                "(Megatron .idx/.bin pairs always are token documents)");
   cmd->add_option("--token-key", args->token_key, "JSONL key of the token list (--tokens)")
       ->capture_default_str();
   cmd->add_option("--token-dtype", args->token_dtype,
