@@ -145,8 +145,10 @@ def clear(path):
 
 
 def save_methods(d, state, dcp, stager_cls):
-    """name -> fn(i) returning (stall, staged, durable) seconds."""
-    m = {}
+    """name -> fn(i) returning (stall, staged, durable) seconds; and name ->
+    what to remove once its repeats are done (the disk holds only what the
+    restores read: torch.pt, dcp/, stoker-async/)."""
+    m, done = {}, {}
 
     def torch_save(i):
         p = f"{d}/torch.pt"
@@ -187,8 +189,10 @@ def save_methods(d, state, dcp, stager_cls):
                 return stall, staged, now() - t
             return run
         m["dcp.async_save"] = dcp_async(None)
+        done["dcp.async_save"] = lambda: clear(f"{d}/dcp-async")
         if stager_cls is not None:
             m["dcp.async_pinned"] = dcp_async(stager_cls())
+            done["dcp.async_pinned"] = lambda: clear(f"{d}/dcp-async")
 
     def stoker_run(name, **opts):
         c = stoker.Checkpointer(f"{d}/stoker-{name}", **opts)
@@ -208,10 +212,12 @@ def save_methods(d, state, dcp, stager_cls):
             h.wait()
             return stall, staged, now() - t
         return run, c
-    m["stoker.save"], _ = stoker_run("sync")
-    m["stoker.async"], _ = stoker_run("async")
-    m["stoker.bounded"], _ = stoker_run("bounded", device_staging="bounded")
-    return m
+    for name, mode, opts in (("stoker.save", "sync", {}), ("stoker.async", "async", {}),
+                             ("stoker.bounded", "bounded", {"device_staging": "bounded"})):
+        m[name], c = stoker_run(mode, **opts)
+        if mode != "async":  # its pinned staging freed, its files removed
+            done[name] = (lambda c=c, mode=mode: (c.close(), clear(f"{d}/stoker-{mode}")))
+    return m, done
 
 
 def main():
@@ -246,7 +252,7 @@ def main():
 
     state, nbytes = make_state(a.gib, "cuda:0")
     report["state_bytes"] = nbytes
-    methods = save_methods(a.dir, state, dcp, stager_cls)
+    methods, cleanup = save_methods(a.dir, state, dcp, stager_cls)
     only = [x for x in a.only.split(",") if x]
     saves = {}
     for name, fn in methods.items():
@@ -256,9 +262,11 @@ def main():
             fn(0)  # warm-up: allocations, caches, staging
             runs = [fn(i + 1) for i in range(a.repeats)]
         except Exception as e:  # noqa: BLE001 -- a peer that fails is reported, not fatal
+            cleanup.get(name, lambda: None)()
             saves[name] = {"error": f"{type(e).__name__}: {e}"}
             print(f"{name}: {saves[name]['error']}", flush=True)
             continue
+        cleanup.get(name, lambda: None)()
         r = {k: median([x[j] for x in runs]) for j, k in enumerate(("stall", "staged", "durable"))}
         r["GB/s"] = nbytes / r["durable"] / GB
         saves[name] = r
@@ -313,7 +321,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
-    stoker.release()
+    stoker.checkpoint.release()
     for p in os.listdir(a.dir):
         clear(os.path.join(a.dir, p))
 
