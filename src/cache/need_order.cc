@@ -241,6 +241,16 @@ void NeedOrderBuilder::Write(std::span<std::byte> out) const {
     std::sort(by_step.begin(), by_step.end());
     for (size_t i = 0; i < by_step.size(); ++i) sequence[i] = by_step[i].second;
   }
+  // The pads after arrays of an odd count of u32 (checksummed too).
+  auto pad = [&](uint64_t at, uint64_t count) {
+    std::memset(base + at + 4 * count, 0, Align8(4 * count) - 4 * count);
+  };
+  pad(l.slot_of, shards);
+  pad(l.sequence, needed_);
+  for (uint32_t g = 0; g < groups; ++g) {
+    pad(l.rank_first[g], shards);
+    pad(l.rank_order[g], h.reads[g]);
+  }
   std::memcpy(base, &h, sizeof h);
   h.checksum = Checksum(out);
   std::memcpy(base, &h, sizeof h);
