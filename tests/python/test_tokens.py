@@ -2,7 +2,7 @@
 written here, imported by `stoker pack --from megatron`, read back as
 stoker.Loader(uri, batch_size=B, sequence_length=L) windows of shape
 (B, L + 1); JSONL token lists through `stoker pack --tokens`; resume of a
-run of 4 loader processes on 2."""
+run of 4 loader processes on 2, and of 8 Loader and Mix processes on 4 and 16."""
 
 import json
 import os
@@ -134,16 +134,21 @@ print(json.dumps({"ids": out, "state": loader.state_dict()}))
 """
 
 
-def run_ranks(uri, world, steps, state="-"):
-    procs = [subprocess.Popen(["/usr/bin/python3", "-c", RANK, uri, str(r), str(world), str(steps),
-                               state], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ)) for r in range(world)]
+def spawn_ranks(script, world, args):
+    """`world` processes of `script` at once, rank r's argv args(r); their JSON outputs."""
+    procs = [subprocess.Popen(["/usr/bin/python3", "-c", script] + args(r), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+             for r in range(world)]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         results.append(json.loads(out))
     return results
+
+
+def run_ranks(uri, world, steps, state="-"):
+    return spawn_ranks(RANK, world, lambda r: [uri, str(r), str(world), str(steps), state])
 
 
 def global_stream(results, world, batch):
@@ -218,3 +223,105 @@ def test_import_megatron_from_python(tmp_path):
     (tmp_path / "p.idx").write_bytes(bytes(bad))
     with pytest.raises(stoker.InvalidArgumentError, match=r"p\.idx: offset 0: magic"):
         stoker.import_megatron(str(tmp_path / "p.idx"), str(tmp_path / "ds2"))
+
+
+# One process of a run on `world` ranks: a Loader of shuffled windows and a
+# Mix of two sources, for `steps` steps each (the Loader stops earlier at the
+# end of its epoch) from `state` (null: the start). Prints what each yielded
+# and the states after the last step.
+WORLD_RANK = r"""
+import json, sys, stoker
+uri, other, rank, world, steps, state = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
+    int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
+loader = stoker.Loader(uri, batch_size=3, sequence_length=20, seed=11, rank=rank,
+                       world_size=world)
+if state:
+    loader.load_state_dict(state["loader"])
+windows, it = [], iter(loader)
+for _ in range(steps):
+    batch = next(it, None)
+    if batch is None:
+        break
+    windows.append([batch["sample_ids"].tolist(), batch["tokens"][:, 0].tolist()])
+mix = stoker.Mix([(uri, 0.6), (other, 0.4)], batch_size=48, sequence_length=12, seed=5,
+                 rank=rank, world_size=world, state=state["mix"] if state else None)
+mixed = []
+for _ in range(steps):
+    b = next(mix)
+    mixed.append(list(zip(b["source"].tolist(), b["sample_ids"].tolist(),
+                          b["tokens"][:, 0].tolist())))
+print(json.dumps({"loader": windows, "mix": mixed,
+                  "state": {"loader": loader.state_dict(), "mix": mix.state_dict()}}))
+"""
+
+
+def run_world(uri, other, world, steps, state=None):
+    return spawn_ranks(WORLD_RANK, world,
+                       lambda r: [uri, other, str(r), str(world), str(steps), json.dumps(state)])
+
+
+def loader_stream(results, world, start):
+    """{global position: (window, first token)}; rank r's j-th window is at
+    start + j * world + r."""
+    stream = {}
+    for r, res in enumerate(results):
+        flat = [w for ids, firsts in res["loader"] for w in zip(ids, firsts)]
+        for j, w in enumerate(flat):
+            stream[start + j * world + r] = tuple(w)
+    return stream
+
+
+def mix_steps(results):
+    """Each step's global batch: the ranks' parts joined in rank order."""
+    steps = len(results[0]["mix"])
+    assert all(len(res["mix"]) == steps for res in results)
+    return [[tuple(w) for res in results for w in res["mix"][s]] for s in range(steps)]
+
+
+def test_run_of_eight_processes_resumes_on_four_and_sixteen(tmp_path):
+    # 192 windows of 20 tokens (3841 tokens): 8 whole steps on 8 ranks of 3
+    # windows each, saved after 3; the 120 left are 14 steps on 4 ranks and
+    # 2 1/3 on 16.
+    docs = named_docs(60, seed=8)
+    flat = 0
+    for d in range(len(docs)):
+        docs[d] = docs[d][:max(0, min(len(docs[d]), 3841 - flat))]
+        flat += len(docs[d])
+    docs = [d for d in docs if d]
+    assert flat == 3841
+    write_megatron(tmp_path / "corpus", docs)
+    uri = str(tmp_path / "ds")
+    r = subprocess.run([stoker_bin(), "pack", "--quiet", "--shard-mib", "0.004",
+                        str(tmp_path / "corpus.idx"), uri], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    other = str(tmp_path / "other")
+    write_megatron(tmp_path / "o", named_docs(7, seed=9))  # a small source: it repeats
+    assert subprocess.run([stoker_bin(), "pack", "--quiet", str(tmp_path / "o.idx"), other],
+                          capture_output=True, text=True).returncode == 0
+
+    k, rest = 3, 14  # 14 steps of 4 ranks end the Loader's epoch
+    whole = run_world(uri, other, 8, k + rest)
+    first = run_world(uri, other, 8, k)
+    state = first[0]["state"]
+    assert all(res["state"] == state for res in first), "every rank saves the same state"
+    saved = state["loader"]["position"]
+    assert saved == k * 3 * 8 and state["mix"]["step"] == k
+    whole_loader = loader_stream(whole, 8, 0)
+    assert len(whole_loader) == 192 and sorted(w for w, _ in whole_loader.values()) == \
+        list(range(192)), "the uninterrupted run is one shuffled epoch"
+    assert [w for _, (w, _) in sorted(whole_loader.items())] != list(range(192))
+    assert loader_stream(first, 8, 0) == {p: w for p, w in whole_loader.items() if p < saved}
+    whole_mix = mix_steps(whole)
+    assert mix_steps(first) == whole_mix[:k]
+
+    for world in (4, 16):
+        resumed = run_world(uri, other, world, rest, state)
+        got = loader_stream(resumed, world, saved)
+        # Each rank gets floor(rest / world) of the epoch's windows (LoaderOptions::
+        # sequence_length): on 16 ranks the last 120 % 16 = 8 are not read this epoch.
+        end = saved + (192 - saved) // world * world
+        assert end == {4: 192, 16: 184}[world]
+        assert got == {p: w for p, w in whole_loader.items() if saved <= p < end}, world
+        got_mix = mix_steps(resumed)
+        assert got_mix == whole_mix[k:k + rest], world
+        assert resumed[0]["state"]["mix"]["step"] == k + rest
