@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "ckpt/device_runtime.h"
@@ -43,8 +44,12 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
   };
 
   ~StandInRuntime() override {
-    std::lock_guard l(mu_);
-    for (auto& q : all_) Stop(*q);
+    std::vector<std::unique_ptr<Queue>> all;
+    {
+      std::lock_guard l(mu_);
+      all.swap(all_);
+    }
+    for (auto& q : all) Stop(*q);
   }
 
   // ---- DeviceRuntime
@@ -74,26 +79,36 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
     return static_cast<Stream>(MakeQueue());
   }
   void DestroyStream(int, Stream s) override {
-    std::lock_guard l(mu_);
-    for (auto it = all_.begin(); it != all_.end(); ++it) {
-      if (it->get() == s) {
-        Stop(**it);
-        all_.erase(it);
-        --live_streams;
-        return;
+    std::unique_ptr<Queue> q;
+    {
+      std::lock_guard l(mu_);
+      for (auto it = all_.begin(); it != all_.end(); ++it) {
+        if (it->get() == s) {
+          q = std::move(*it);
+          all_.erase(it);
+          --live_streams;
+          break;
+        }
       }
     }
+    if (q) Stop(*q);  // its queued work runs first
   }
+  // As in CUDA, an event may be destroyed while work queued on a stream
+  // still refers to it: that work keeps it until it has run.
   Result<Event> NewEvent(int) override {
     ++live_events;
-    return static_cast<Event>(new Ev());
+    auto ev = std::make_shared<Ev>();
+    std::lock_guard l(mu_);
+    events_[ev.get()] = ev;
+    return static_cast<Event>(ev.get());
   }
   void DestroyEvent(int, Event e) override {
     --live_events;
-    delete static_cast<Ev*>(e);
+    std::lock_guard l(mu_);
+    events_.erase(e);
   }
   Status Record(int device, Event e, Stream s) override {
-    Ev* ev = static_cast<Ev*>(e);
+    std::shared_ptr<Ev> ev = EventOf(e);
     uint64_t gen;
     {
       std::lock_guard l(ev->mu);
@@ -109,7 +124,7 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
     return Status::Ok();
   }
   Status StreamWait(int device, Stream s, Event e) override {
-    Ev* ev = static_cast<Ev*>(e);
+    std::shared_ptr<Ev> ev = EventOf(e);
     uint64_t gen;
     {
       std::lock_guard l(ev->mu);
@@ -128,7 +143,7 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
     return Copy(device, dst, src, n, s, "host to device");
   }
   Status Synchronize(int, Event e) override {
-    Ev* ev = static_cast<Ev*>(e);
+    std::shared_ptr<Ev> ev = EventOf(e);
     std::unique_lock l(ev->mu);
     const uint64_t gen = ev->recorded;
     ev->cv.wait(l, [&] { return ev->fired >= gen; });
@@ -176,6 +191,11 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
       copied_bytes += n;
     });
     return Status::Ok();
+  }
+
+  std::shared_ptr<Ev> EventOf(Event e) {
+    std::lock_guard l(mu_);
+    return events_.at(e);
   }
 
   Queue* MakeQueue() {
@@ -237,6 +257,7 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Queue>> all_;
   std::unordered_map<void*, size_t> sizes_;
+  std::unordered_map<void*, std::shared_ptr<Ev>> events_;
   uint64_t pinned_ = 0;
   std::mutex default_mu_;
   Queue* default_ = nullptr;

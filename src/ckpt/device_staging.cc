@@ -221,12 +221,22 @@ StagedSave::~StagedSave() {
     if (!s.waited) (void)copier_->rt_->Synchronize(s.device, s.event);
     copier_->GiveEvent(s.device, s.event);
   }
-  for (auto& [device, e] : caller_events_) copier_->GiveEvent(device, e);
+  // A caller's event goes back to the pool only once it fired (it has,
+  // unless the save failed before its copies were queued), so that the copy
+  // stream's wait on it is never left on an event that is recorded again.
+  for (auto& [device, e] : caller_events_) {
+    (void)copier_->rt_->Synchronize(device, e);
+    copier_->GiveEvent(device, e);
+  }
 }
 
-Status StagedSave::WaitSlice(Slice& s) {
+Status StagedSave::WaitSlice(Slice& s, std::unique_lock<std::mutex>& l) {
   if (s.waited) return Status::Ok();
+  // Not holding the lock while the copy runs: other writers' chunks whose
+  // slices landed go on (slices_ itself never changes after Start).
+  l.unlock();
   Status st = copier_->rt_->Synchronize(s.device, s.event);
+  l.lock();
   s.waited = true;
   if (!st.ok() && error_.ok()) error_ = st;
   return st;
@@ -235,11 +245,11 @@ Status StagedSave::WaitSlice(Slice& s) {
 Result<std::span<const std::byte>> StagedSave::Acquire(size_t index, const ChunkPlan& c) {
   if (!bounded_) {
     // The slices under the chunk's bytes have landed (or failed).
-    std::lock_guard l(mu_);
+    std::unique_lock l(mu_);
     auto it = std::upper_bound(slices_.begin(), slices_.end(), c.offset,
                                [](uint64_t o, const Slice& s) { return o < s.end; });
     for (; it != slices_.end() && it->begin < c.offset + c.bytes; ++it) {
-      STOKER_RETURN_IF_ERROR(WaitSlice(*it));
+      STOKER_RETURN_IF_ERROR(WaitSlice(*it, l));
     }
     if (!error_.ok()) return error_;
     return std::span<const std::byte>();
@@ -308,7 +318,7 @@ void StagedSave::Release(size_t index) {
 Status StagedSave::WaitStaged() {
   std::unique_lock l(mu_);
   if (!bounded_) {
-    for (Slice& s : slices_) (void)WaitSlice(s);
+    for (Slice& s : slices_) (void)WaitSlice(s, l);
     return error_;
   }
   cv_.wait(l, [&] { return copied_chunks_ >= device_chunks_ || !error_.ok() || finished_; });

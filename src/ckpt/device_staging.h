@@ -125,7 +125,7 @@ class StagedSave final : public ChunkSource {
     DeviceRuntime::Event event = nullptr;
     bool waited = false;
   };
-  Status WaitSlice(Slice& s);  // mu_ held
+  Status WaitSlice(Slice& s, std::unique_lock<std::mutex>& l);  // l holds mu_
   Status CopyChunk(const ChunkPlan& c, std::byte* slot);
 
   std::shared_ptr<DeviceCopier> copier_;
