@@ -39,6 +39,7 @@ decode_path. Prints a table and ratios; --json writes everything.
 import argparse
 import json
 import os
+import resource
 import platform
 import statistics
 import sys
@@ -87,7 +88,7 @@ def cpu_seconds():
         total += parents.get(p, (0, 0.0))[1]
         todo.extend(c for c, (pp, _) in parents.items() if pp == p)
     # Children that exited (a DataLoader's workers at shutdown) are in getrusage.
-    r = __import__("resource").getrusage(__import__("resource").RUSAGE_CHILDREN)
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return total + r.ru_utime + r.ru_stime
 
 
