@@ -22,6 +22,7 @@
 #include "ckpt/records.h"
 #include "ckpt/reshard.h"
 #include "ckpt/restore.h"
+#include "core/thread_boundary.h"
 #include "stoker/checkpoint.h"
 
 namespace stoker {
@@ -214,7 +215,9 @@ class CheckpointerImpl final : public Checkpointer {
     state->staged = *device;
     background_ = state;
     bg_ = std::thread([this, state, staged = std::move(staged), options, coordinator]() {
-      Status s = WriteAndCommit(state->name, staged, options, *coordinator, state->staged.get());
+      Status s = internal::CatchAsStatus("background save", [&] {
+        return WriteAndCommit(state->name, staged, options, *coordinator, state->staged.get());
+      });
       if (state->staged) state->staged->Finish(s);
       if (!s.ok()) {
         // Never silently dropped: said here, and kept in the handle.

@@ -148,7 +148,14 @@ Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
     } else if (c.segments.size() == 1) {
       data = {c.segments[0].src, c.segments[0].bytes};
     } else {
-      std::byte* gather = scratch[w].Get(c.bytes);
+      auto got = scratch[w].Get(c.bytes, "checkpoint writer's gather buffer");
+      if (!got.ok()) {
+        return got.status().WithContext("checkpoint " + name + ", chunk " +
+                                        ChunkKey(name, rank, i) + " (rank " + std::to_string(rank) +
+                                        ", tensors " +
+                                        JoinNames(TensorsIn(part, c.offset, c.bytes)) + ")");
+      }
+      std::byte* gather = *got;
       size_t at = 0;
       for (const Segment& seg : c.segments) {
         std::memcpy(gather + at, seg.src, seg.bytes);

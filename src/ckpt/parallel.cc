@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/thread_boundary.h"
 #include "stoker/retrying_store.h"
 
 namespace stoker::ckpt {
@@ -25,7 +26,14 @@ Status ParallelFor(size_t n, uint32_t threads, const std::function<Status(size_t
       if (failed.load(std::memory_order_relaxed)) return;
       size_t i = next.fetch_add(1);
       if (i >= n) return;
-      Status s = fn(i, worker);
+      // An exception must not leave a std::thread (std::terminate): it is
+      // the item's error.
+      Status s;
+      try {
+        s = fn(i, worker);
+      } catch (...) {
+        s = internal::CurrentExceptionStatus("checkpoint worker, item " + std::to_string(i));
+      }
       if (!s.ok()) {
         std::lock_guard<std::mutex> l(mu);
         if (first.ok()) first = std::move(s);

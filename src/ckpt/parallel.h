@@ -18,7 +18,8 @@ size_t Workers(size_t n, uint32_t threads);
 
 // Runs fn(i, worker) for i in 0..n-1 on Workers(n, threads) threads (worker
 // in 0..Workers-1, for per-worker scratch); the first error stops the others
-// from taking new indices and is returned.
+// from taking new indices and is returned. An exception fn throws is its
+// item's error (core/thread_boundary.h: std::bad_alloc is NoSpace).
 Status ParallelFor(size_t n, uint32_t threads, const std::function<Status(size_t, size_t)>& fn);
 
 // "a, b, c, and 5 more".

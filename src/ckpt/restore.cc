@@ -108,9 +108,10 @@ using WantedIndex = std::unordered_map<const TensorInfo*, size_t>;
 // restore touches no memory but theirs; runs of small tensors (and bytes of
 // tensors not wanted) as one piece into `scratch`, copied out afterwards,
 // so a chunk of many small tensors is still a few large reads.
-ChunkRead PlanChunkRead(const RankPart& part, const ChunkInfo& chunk, const WantedIndex& wanted,
-                        const std::vector<std::span<std::byte>>& dst,
-                        internal::ScratchBuffer& scratch) {
+Result<ChunkRead> PlanChunkRead(const RankPart& part, const ChunkInfo& chunk,
+                                const WantedIndex& wanted,
+                                const std::vector<std::span<std::byte>>& dst,
+                                internal::ScratchBuffer& scratch) {
   struct Segment {
     uint64_t bytes;
     std::byte* target;  // where its bytes belong; null: not wanted
@@ -132,7 +133,14 @@ ChunkRead PlanChunkRead(const RankPart& part, const ChunkInfo& chunk, const Want
     segments.push_back({hi - lo, target, direct});
     if (!direct) buffered += hi - lo;
   }
-  std::byte* buffer = buffered > 0 ? scratch.Get(buffered) : nullptr;
+  std::byte* buffer = nullptr;
+  if (buffered > 0) {
+    auto got = scratch.Get(buffered, "checkpoint restore's buffer of small tensors");
+    if (!got.ok()) {
+      return got.status().WithContext("restoring " + chunk.key + ChunkContext(part, chunk));
+    }
+    buffer = *got;
+  }
   ChunkRead r;
   uint64_t used = 0;  // the buffer's bytes given out so far
   auto add = [&](std::byte* into, uint64_t bytes) {
@@ -340,7 +348,8 @@ Status Restorer::ReadTensors(const CheckpointManifest& m,
   return ParallelFor(jobs.size(), opt_.io_threads, [&](size_t n, size_t w) -> Status {
     const RankPart& part = m.ranks[jobs[n].first];
     const ChunkInfo& chunk = part.chunks[jobs[n].second];
-    const ChunkRead plan = PlanChunkRead(part, chunk, wanted_index, dst, scratch[w]);
+    STOKER_ASSIGN_OR_RETURN(const ChunkRead plan,
+                            PlanChunkRead(part, chunk, wanted_index, dst, scratch[w]));
     if (plan.covered != chunk.bytes) {
       return Corruption(KeyUri(chunk.key) + ": its tensors cover " + std::to_string(plan.covered) +
                         " of its " + std::to_string(chunk.bytes) + " bytes" +
@@ -546,11 +555,12 @@ Status Restorer::ReadCopies(const CheckpointManifest& m, std::vector<PieceCopy> 
     const uint64_t n = span.end - span.begin;
     // Spans with device destinations are read into pinned memory (the
     // ring), so the copies in are DMA from it.
-    const bool to_device = std::any_of(span.copies.begin(), span.copies.end(),
-                                       [](const SpanCopy& c) { return c.device >= 0; });
+    const auto first_device = std::find_if(span.copies.begin(), span.copies.end(),
+                                           [](const SpanCopy& c) { return c.device >= 0; });
+    const bool to_device = first_device != span.copies.end();
     std::span<std::byte> pinned;
     if (to_device) {
-      STOKER_ASSIGN_OR_RETURN(pinned, copier_->TakeBuffer(n));
+      STOKER_ASSIGN_OR_RETURN(pinned, copier_->TakeBuffer(n, first_device->device));
     }
     struct GiveBack {
       DeviceCopier* c;
@@ -559,7 +569,15 @@ Status Restorer::ReadCopies(const CheckpointManifest& m, std::vector<PieceCopy> 
         if (!b.empty()) c->GiveBack(b);
       }
     } give_back{copier_.get(), pinned};
-    std::byte* buf = to_device ? pinned.data() : scratch[w].Get(n);
+    std::byte* buf = pinned.data();
+    if (!to_device) {
+      auto got = scratch[w].Get(n, "checkpoint restore's read buffer");
+      if (!got.ok()) {
+        return got.status().WithContext("restoring " + KeyUri(chunk.key) +
+                                        ChunkContext(part, chunk));
+      }
+      buf = *got;
+    }
     std::vector<Piece> pieces;
     for (uint64_t o = 0; o < n; o += kReadPiece) {
       pieces.push_back(
@@ -618,7 +636,10 @@ Status Restorer::Verify(const CheckpointManifest& m, CheckpointVerifyReport* rep
     r.tensors += p.tensors.size();
   }
   std::mutex mu;
-  (void)ParallelFor(items.size(), opt_.io_threads, [&](size_t i, size_t) {
+  std::vector<internal::ScratchBuffer> scratch(Workers(items.size(), opt_.io_threads));
+  // A chunk that cannot be read for want of memory is no verdict on it: the
+  // verify fails with that error.
+  STOKER_RETURN_IF_ERROR(ParallelFor(items.size(), opt_.io_threads, [&](size_t i, size_t w) {
     const auto& [part, chunk] = items[i];
     std::string problem;
     auto info = store_->Stat(chunk->key);
@@ -628,7 +649,12 @@ Status Restorer::Verify(const CheckpointManifest& m, CheckpointVerifyReport* rep
       problem = KeyUri(chunk->key) + ": " + std::to_string(info->size) +
                 " bytes, the manifest says " + std::to_string(chunk->bytes);
     } else {
-      std::vector<std::byte> buf(chunk->bytes);
+      auto memory = scratch[w].Get(chunk->bytes, "checkpoint verify's read buffer");
+      if (!memory.ok()) {
+        return memory.status().WithContext("verifying " + KeyUri(chunk->key) +
+                                           ChunkContext(*part, *chunk));
+      }
+      const std::span<std::byte> buf(*memory, chunk->bytes);
       auto got = store_->Read(chunk->key, 0, buf);
       if (!got.ok()) {
         problem = got.status().message();
@@ -641,7 +667,7 @@ Status Restorer::Verify(const CheckpointManifest& m, CheckpointVerifyReport* rep
     r.bytes += chunk->bytes;
     if (!problem.empty()) r.problems.push_back(problem + ChunkContext(*part, *chunk));
     return Status::Ok();
-  });
+  }));
   std::sort(r.problems.begin(), r.problems.end());
   if (!r.problems.empty()) {
     return Corruption("checkpoint " + m.name + " at " + store_->uri() + ": " +

@@ -3,9 +3,9 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
-#include <new>
 #include <string>
 
 namespace stoker::internal {
@@ -17,15 +17,29 @@ AlignedPtr AllocateAligned(size_t bytes, size_t alignment) {
   return AlignedPtr(static_cast<std::byte*>(std::aligned_alloc(alignment, rounded)));
 }
 
-std::byte* ScratchBuffer::Get(size_t n) {
+namespace {
+std::atomic<AllocationFailureHook> g_failure_hook{nullptr};
+}  // namespace
+
+void SetAllocationFailureHookForTesting(AllocationFailureHook hook) { g_failure_hook = hook; }
+
+Status OutOfMemory(size_t bytes, std::string_view part) {
+  return NoSpace("out of memory: " + std::to_string(bytes) + " bytes for " + std::string(part));
+}
+
+Result<AlignedPtr> Allocate(size_t bytes, size_t alignment, std::string_view part) {
+  const AllocationFailureHook hook = g_failure_hook.load(std::memory_order_relaxed);
+  if (hook != nullptr && hook(bytes, part)) return OutOfMemory(bytes, part);
+  AlignedPtr p = AllocateAligned(bytes, alignment);
+  if (p == nullptr) return OutOfMemory(bytes, part);
+  return p;
+}
+
+Result<std::byte*> ScratchBuffer::Get(size_t n, std::string_view part) {
   if (n > size_) {
     data_.reset();  // the old block goes first: no peak of both
-    AlignedPtr p = AllocateAligned(n, alignment_);
-    if (p == nullptr) {
-      size_ = 0;
-      throw std::bad_alloc();
-    }
-    data_ = std::move(p);
+    size_ = 0;
+    STOKER_ASSIGN_OR_RETURN(data_, Allocate(n, alignment_, part));
     size_ = (n + alignment_ - 1) / alignment_ * alignment_;
   }
   return data_.get();

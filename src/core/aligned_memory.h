@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string_view>
 
 #include "stoker/status.h"
 
@@ -22,13 +23,31 @@ struct FreeDeleter {
 using AlignedPtr = std::unique_ptr<std::byte, FreeDeleter>;
 AlignedPtr AllocateAligned(size_t bytes, size_t alignment);
 
+// The same for `part`, what the memory is for ("checkpoint restore's read
+// buffer"): NoSpace naming the bytes and the part when there is none, so
+// that a worker thread returns it as a Status instead of throwing.
+Result<AlignedPtr> Allocate(size_t bytes, size_t alignment, std::string_view part);
+
+// The NoSpace of a failed allocation: "out of memory: 4194304 bytes for
+// loader batch buffer".
+Status OutOfMemory(size_t bytes, std::string_view part);
+
+// Tests only: a hook Allocate asks before each allocation; true makes that
+// one fail as if the system had no memory (NoSpace). Null (the default): no
+// hook. A function pointer set by the test itself, not an environment
+// variable, so nothing outside a test program can turn it on. Safe to set
+// while other threads allocate; the hook itself must be thread-safe.
+using AllocationFailureHook = bool (*)(size_t bytes, std::string_view part);
+void SetAllocationFailureHookForTesting(AllocationFailureHook hook);
+
 // A reusable buffer that grows to the largest size asked for and keeps it.
 // Not zeroed: every byte is written before it is read.
 class ScratchBuffer {
  public:
   explicit ScratchBuffer(size_t alignment = 4096) : alignment_(alignment) {}
-  // At least `n` bytes, aligned; throws std::bad_alloc when out of memory.
-  std::byte* Get(size_t n);
+  // At least `n` bytes, aligned; NoSpace naming `n` and `part` (what the
+  // buffer is for, see Allocate) when out of memory, the buffer then empty.
+  Result<std::byte*> Get(size_t n, std::string_view part);
   size_t size() const { return size_; }
 
  private:

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <bit>
 
+#include "core/thread_boundary.h"
+
 namespace stoker {
 namespace {
 
@@ -133,54 +135,65 @@ std::shared_ptr<Assembly::Job> Assembly::NextJob() {
 }
 
 // Waits for batch b's shards and lays it out; a batch that cannot be built
-// (a shard failed) is completed here with the shard's error. Null when
-// stopped or completed.
+// (a shard failed, no memory for its block) is completed here with the
+// error. Null when stopped or completed.
 std::shared_ptr<Assembly::Job> Assembly::Open(uint64_t b) {
   bool stopped = false;
   Status st = source_.WaitForBatch(b, &stopped);
   if (stopped) return nullptr;
   auto job = std::make_shared<Job>();
-  uint64_t count;
-  plan_.BatchRange(b, &job->first, &count);
   job->b = b;
-  job->ids.resize(count);
-  job->padding.resize(count);
-  job->uses.resize(count);
-  job->locals.resize(count);
-  for (uint64_t k = 0; k < count; ++k) {
-    uint32_t slot;
-    const uint64_t j = job->first + k;
-    const uint64_t id = plan_.RankSampleSlot(j, &slot);
-    const uint32_t use = schedule_.UseOf(j, slot);
-    job->ids[k] = id;
-    job->padding[k] = plan_.IsPadding(j);
-    job->uses[k] = use;
-    job->locals[k] =
-        uint32_t(id - config_.manifest->shards.first_sample(schedule_.uses[use].shard));
-  }
+  // What a worker does not expect fails this batch, not the process.
+  st = internal::CatchAsStatus("loader assembly worker, opening batch " + std::to_string(b),
+                               [&] { return Lay(*job, std::move(st)); });
   if (!st.ok()) {
     job->failed = true;
-    job->error = st;
+    job->error = std::move(st);
     Complete(*job);
     return nullptr;
   }
-  job->samples = SamplesOf(*job);
+  return job;
+}
+
+// Batch job.b's samples, and its layout once `shards` (WaitForBatch's) is OK.
+Status Assembly::Lay(Job& job, Status shards) {
+  const uint64_t b = job.b;
+  uint64_t count;
+  plan_.BatchRange(b, &job.first, &count);
+  job.ids.resize(count);
+  job.padding.resize(count);
+  job.uses.resize(count);
+  job.locals.resize(count);
+  for (uint64_t k = 0; k < count; ++k) {
+    uint32_t slot;
+    const uint64_t j = job.first + k;
+    const uint64_t id = plan_.RankSampleSlot(j, &slot);
+    const uint32_t use = schedule_.UseOf(j, slot);
+    job.ids[k] = id;
+    job.padding[k] = plan_.IsPadding(j);
+    job.uses[k] = use;
+    job.locals[k] = uint32_t(id - config_.manifest->shards.first_sample(schedule_.uses[use].shard));
+  }
+  STOKER_RETURN_IF_ERROR(shards);
+  job.samples = SamplesOf(job);
   const LoaderState after{plan_.epoch(), plan_.PositionAfter(b + 1)};
-  job->layout = BatchBuilder::Layout(*config_.pool, *config_.columns, config_.options->decode,
-                                     job->samples, plan_.epoch(), b + config_.batch_offset, after);
+  STOKER_ASSIGN_OR_RETURN(
+      job.layout,
+      BatchBuilder::Layout(*config_.pool, *config_.columns, config_.options->decode, job.samples,
+                           plan_.epoch(), b + config_.batch_offset, after));
   if (config_.gpu_decode != nullptr) {
     // The image column's slots; the workers leave the GPU's images there.
     for (size_t c = 0; c < config_.columns->size(); ++c) {
       if (!(*config_.columns)[c].decode) continue;
-      job->layout.gpu = std::make_shared<GpuDecodeList>(
+      job.layout.gpu = std::make_shared<GpuDecodeList>(
           &config_.options->decode, config_.gpu_decode->caps(), size_t(count),
-          job->layout.column_offset[c], job->layout.image_bytes);
+          job.layout.column_offset[c], job.layout.image_bytes);
     }
   }
-  job->chunk_size = ChunkSize(count);
-  job->chunks = uint32_t((count + job->chunk_size - 1) / job->chunk_size);
-  job->chunks_left = job->chunks;
-  return job;
+  job.chunk_size = ChunkSize(count);
+  job.chunks = uint32_t((count + job.chunk_size - 1) / job.chunk_size);
+  job.chunks_left = job.chunks;
+  return Status::Ok();
 }
 
 uint32_t Assembly::ChunkSize(uint64_t count) const {
@@ -237,8 +250,16 @@ void Assembly::FillChunk(Job& job, uint32_t chunk, DecodeScratch* scratch, uint3
   const uint64_t end = std::min<uint64_t>(job.ids.size(), begin + job.chunk_size);
   FillCounts counts;
   tl_record_bytes = 0;
-  Status st = BatchBuilder::Fill(job.layout, *config_.columns, config_.options->decode, job.samples,
-                                 begin, end, scratch, &counts);
+  Status st;
+  try {
+    st = BatchBuilder::Fill(job.layout, *config_.columns, config_.options->decode, job.samples,
+                            begin, end, scratch, &counts);
+  } catch (...) {
+    // A decoder's or a container's exception fails this batch, not the process.
+    st = internal::CurrentExceptionStatus("loader assembly worker, batch " + std::to_string(job.b) +
+                                          ", samples " + std::to_string(begin) + ".." +
+                                          std::to_string(end));
+  }
   job.workers.fetch_or(uint64_t{1} << (worker % 64), std::memory_order_relaxed);
   if (tl_record_bytes) LoaderCounters::Add(config_.counters->bytes_read, tl_record_bytes);
   if (counts.decoded) LoaderCounters::Add(config_.counters->decoded_cpu, counts.decoded);
@@ -258,8 +279,10 @@ void Assembly::FillChunk(Job& job, uint32_t chunk, DecodeScratch* scratch, uint3
 void Assembly::Complete(Job& job) {
   Result<Batch> r = job.failed.load()
                         ? Result<Batch>(job.error)
-                        : Result<Batch>(BatchBuilder::Finish(
-                              std::move(job.layout), *config_.columns, config_.options->decode));
+                        : internal::CatchAsStatus("loader assembly worker", [&]() -> Result<Batch> {
+                            return BatchBuilder::Finish(std::move(job.layout), *config_.columns,
+                                                        config_.options->decode);
+                          });
   if (r.ok()) BatchBuilder::SetCorruptSkipped(*r, job.corrupt_skipped.load());
   if (std::popcount(job.workers.load(std::memory_order_relaxed)) > 1) {
     LoaderCounters::Add(config_.counters->shared_batches, 1);

@@ -72,6 +72,7 @@ class Assembly final {
   void WorkerLoop(uint32_t id);
   std::shared_ptr<Job> NextJob();
   std::shared_ptr<Job> Open(uint64_t b);
+  Status Lay(Job& job, Status shards);
   BatchSamples SamplesOf(const Job& job) const;
   void FillChunk(Job& job, uint32_t chunk, DecodeScratch* scratch, uint32_t worker);
   void Complete(Job& job);

@@ -262,9 +262,9 @@ Status FillCopy(const BatchLayout& l, const std::vector<ColumnSpec>& columns,
 
 }  // namespace
 
-BatchLayout BatchBuilder::Layout(BufferPool& pool, const std::vector<ColumnSpec>& columns,
-                                 const DecodeOptions& decode, const BatchSamples& s, uint64_t epoch,
-                                 uint64_t index, LoaderState state_after) {
+Result<BatchLayout> BatchBuilder::Layout(BufferPool& pool, const std::vector<ColumnSpec>& columns,
+                                         const DecodeOptions& decode, const BatchSamples& s,
+                                         uint64_t epoch, uint64_t index, LoaderState state_after) {
   const size_t n = s.count;
   BatchLayout l;
   l.count = n;
@@ -316,7 +316,13 @@ BatchLayout BatchBuilder::Layout(BufferPool& pool, const std::vector<ColumnSpec>
     }
   }
   Batch& b = l.batch;
-  b.memory_ = pool.Get(size);
+  auto memory = pool.Get(size, "loader batch buffer");
+  if (!memory.ok()) {
+    return memory.status().WithContext("batch " + std::to_string(index) + " of epoch " +
+                                       std::to_string(epoch) + " (" + std::to_string(n) +
+                                       " samples)");
+  }
+  b.memory_ = std::move(memory).value();
   std::byte* base = l.base = b.memory_->data();
   b.epoch_ = epoch;
   b.index_ = index;
@@ -413,7 +419,8 @@ Batch BatchBuilder::Finish(BatchLayout l, const std::vector<ColumnSpec>& columns
 Result<Batch> BatchBuilder::Build(BufferPool& pool, const std::vector<ColumnSpec>& columns,
                                   const DecodeOptions& decode, const BatchSamples& s,
                                   uint64_t epoch, uint64_t index, LoaderState state_after) {
-  BatchLayout l = Layout(pool, columns, decode, s, epoch, index, state_after);
+  STOKER_ASSIGN_OR_RETURN(BatchLayout l,
+                          Layout(pool, columns, decode, s, epoch, index, state_after));
   thread_local DecodeScratch scratch;
   FillCounts counts;
   STOKER_RETURN_IF_ERROR(Fill(l, columns, decode, s, 0, s.count, &scratch, &counts));

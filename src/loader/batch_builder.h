@@ -124,10 +124,11 @@ class BatchBuilder {
 
   // The same in three steps, for batches built by several workers: the
   // layout needs every sample's lengths (samples.value or samples.length),
-  // so the records (or their index) must be in memory by then.
-  static BatchLayout Layout(BufferPool& pool, const std::vector<ColumnSpec>& columns,
-                            const DecodeOptions& decode, const BatchSamples& samples,
-                            uint64_t epoch, uint64_t index, LoaderState state_after);
+  // so the records (or their index) must be in memory by then. NoSpace
+  // naming the batch and its bytes when its block cannot be allocated.
+  static Result<BatchLayout> Layout(BufferPool& pool, const std::vector<ColumnSpec>& columns,
+                                    const DecodeOptions& decode, const BatchSamples& samples,
+                                    uint64_t epoch, uint64_t index, LoaderState state_after);
   // Checks and copies (or reads, or decodes) samples [begin, end) into their
   // slots. Safe to call concurrently for disjoint ranges of one layout.
   static Status Fill(const BatchLayout& layout, const std::vector<ColumnSpec>& columns,

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
-#include <new>
 
 namespace stoker {
 
@@ -24,16 +23,20 @@ size_t SizeClass(size_t bytes) {
 }
 }  // namespace
 
-BatchMemory::BatchMemory(size_t capacity, size_t alignment)
-    : capacity_(AlignUp(capacity, alignment)) {
-  if (capacity_ >= kHugePage) {
-    capacity_ = AlignUp(capacity_, kHugePage);
+Result<std::unique_ptr<BatchMemory>> BatchMemory::Make(size_t capacity, size_t alignment,
+                                                       std::string_view part) {
+  std::unique_ptr<BatchMemory> m(new BatchMemory());
+  m->capacity_ = AlignUp(capacity, alignment);
+  if (m->capacity_ >= kHugePage) {
+    m->capacity_ = AlignUp(m->capacity_, kHugePage);
     alignment = std::max(alignment, kHugePage);
   }
-  memory_ = internal::AllocateAligned(capacity_, alignment);
-  if (memory_ == nullptr) throw std::bad_alloc();
-  data_ = memory_.get();
-  if (capacity_ >= kHugePage) (void)::madvise(data_, capacity_, MADV_HUGEPAGE);  // a hint only
+  STOKER_ASSIGN_OR_RETURN(m->memory_, internal::Allocate(m->capacity_, alignment, part));
+  m->data_ = m->memory_.get();
+  if (m->capacity_ >= kHugePage) {
+    (void)::madvise(m->data_, m->capacity_, MADV_HUGEPAGE);  // a hint only
+  }
+  return m;
 }
 
 BatchMemory::~BatchMemory() {
@@ -41,7 +44,7 @@ BatchMemory::~BatchMemory() {
   memory_.reset();
 }
 
-std::shared_ptr<BatchMemory> BufferPool::Get(size_t bytes) {
+Result<std::shared_ptr<BatchMemory>> BufferPool::Get(size_t bytes, std::string_view part) {
   std::unique_ptr<BatchMemory> block;
   {
     std::lock_guard lock(mu_);
@@ -68,8 +71,8 @@ std::shared_ptr<BatchMemory> BufferPool::Get(size_t bytes) {
     }
   }
   if (!block) {
-    block =
-        std::make_unique<BatchMemory>(slack_ ? SizeClass(bytes + bytes / 8) : bytes, alignment_);
+    STOKER_ASSIGN_OR_RETURN(
+        block, BatchMemory::Make(slack_ ? SizeClass(bytes + bytes / 8) : bytes, alignment_, part));
     uint64_t now = allocated_ += block->capacity();
     uint64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/aligned_memory.h"
@@ -29,7 +30,10 @@ class GpuDecodeList;  // loader/gpu_decode.h
 // One aligned block. Owned by a shared_ptr whose deleter returns it to the pool.
 class BatchMemory {
  public:
-  BatchMemory(size_t capacity, size_t alignment);
+  // A block of at least `capacity` bytes; NoSpace naming the bytes and
+  // `part` (what it is for, core/aligned_memory.h) when out of memory.
+  static Result<std::unique_ptr<BatchMemory>> Make(size_t capacity, size_t alignment,
+                                                   std::string_view part);
   ~BatchMemory();
   BatchMemory(const BatchMemory&) = delete;
   BatchMemory& operator=(const BatchMemory&) = delete;
@@ -50,6 +54,8 @@ class BatchMemory {
   const std::shared_ptr<GpuDecodeList>& gpu_decode() const { return gpu_decode_; }
 
  private:
+  BatchMemory() = default;
+
   std::shared_ptr<void> pin_;
   std::shared_ptr<GpuDecodeList> gpu_decode_;
   internal::AlignedPtr memory_;  // what data_ points into
@@ -65,8 +71,10 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   BufferPool(size_t alignment, size_t max_free, bool slack)
       : alignment_(alignment), max_free_(max_free), slack_(slack) {}
 
-  // A block of at least `bytes`, reused when a free one is large enough.
-  std::shared_ptr<BatchMemory> Get(size_t bytes);
+  // A block of at least `bytes`, reused when a free one is large enough;
+  // NoSpace naming the bytes and `part` (what the block is for: "loader
+  // batch buffer") when a new one cannot be allocated.
+  Result<std::shared_ptr<BatchMemory>> Get(size_t bytes, std::string_view part);
 
   // Bytes currently allocated by this pool (free or in use).
   uint64_t allocated_bytes() const { return allocated_.load(); }

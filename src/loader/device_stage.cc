@@ -1,5 +1,6 @@
 #include "loader/device_stage.h"
 
+#include "core/thread_boundary.h"
 #include "loader/batch_builder.h"
 #include "stoker/gpu.h"
 
@@ -15,7 +16,11 @@ void DeviceStage::CopierLoop() {
   for (uint64_t b = 0; b < num_batches_ && !stop_; ++b) {
     std::optional<Result<Batch>> r = built_.Take(b);
     if (!r) return;  // stopped
-    if (r->ok()) r.emplace(ToDevice(std::move(*r).value()));
+    if (r->ok()) {
+      // What the copy does not expect fails this batch, not the process.
+      r.emplace(internal::CatchAsStatus("loader device stage",
+                                        [&] { return ToDevice(std::move(*r).value()); }));
+    }
     copied_.Put(b, std::move(*r));
     next_copy_ = b + 1;
   }

@@ -32,12 +32,21 @@ void ShardSource::IndexLoop() {
       use = next_read_++;
       slots_free_--;
       state_[use] = std::make_unique<UseState>();
-      state_[use]->buffer = config_.pool->Get(config_.slot_bytes);
       state_[use]->state = State::kReading;
     }
     // Live until its last batch is built, which waits for this Finish.
     UseState& u = *state_[use];
-    Status st = LoadIndex(u, schedule_.uses[use].shard);
+    const uint32_t shard = schedule_.uses[use].shard;
+    auto buffer = config_.pool->Get(config_.slot_bytes, "loader shard index buffer");
+    Status st;
+    if (buffer.ok()) {
+      u.buffer = std::move(buffer).value();
+      st = LoadIndex(u, shard);
+    } else {
+      st = buffer.status().WithContext("reading the index of shard " +
+                                       config_.manifest->shards[shard].key + " of " +
+                                       config_.store->uri());
+    }
     if (st.ok()) LoaderCounters::Add(config_.counters->shards_read, 1);
     Finish(u, std::move(st));
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/thread_boundary.h"
+
 namespace stoker {
 
 using format::ShardView;
@@ -17,7 +19,14 @@ ShardSource::ShardSource(ShardSourceConfig config, const Schedule& schedule)
 }
 
 void ShardSource::Start() {
-  thread_ = std::thread([this] { config_.sample_reads ? IndexLoop() : ReaderLoop(); });
+  thread_ = std::thread([this] {
+    // What the loop does not expect fails the epoch's reads, not the process.
+    Status st = internal::CatchAsStatus("loader shard reader", [this] {
+      config_.sample_reads ? IndexLoop() : ReaderLoop();
+      return Status::Ok();
+    });
+    if (!st.ok()) FailAll(st);
+  });
 }
 
 void ShardSource::Stop() {
@@ -119,24 +128,37 @@ void ShardSource::ReaderLoop() {
   std::vector<std::pair<uint64_t, Deadline>> started;
   while (true) {
     std::vector<ReadRequest> batch;
+    Status no_buffer;
     {
       std::unique_lock lock(mu_);
       if (stop_) break;
       while (next_read_ < state_.size() && slots_free_ > 0 &&
              queue->Outstanding() + batch.size() < qo.depth) {
+        auto buffer = config_.pool->Get(config_.slot_bytes, "loader shard buffer");
+        if (!buffer.ok()) {
+          no_buffer = buffer.status().WithContext(
+              "reading shard " + config_.manifest->shards[schedule_.uses[next_read_].shard].key +
+              " of " + config_.store->uri());
+          break;
+        }
         state_[next_read_] = std::make_unique<UseState>();
         UseState& u = *state_[next_read_];
-        u.buffer = config_.pool->Get(config_.slot_bytes);
+        u.buffer = std::move(buffer).value();
         u.state = State::kReading;
         slots_free_--;
         batch.push_back(RequestFor(next_read_++));
       }
-      if (batch.empty() && queue->Outstanding() == 0) {
+      if (!no_buffer.ok()) {
+        // Handled below, without the lock.
+      } else if (batch.empty() && queue->Outstanding() == 0) {
         if (next_read_ >= state_.size()) break;  // every shard read
         cv_.wait(lock, [&] { return stop_ || slots_free_ > 0; });
         continue;
       }
     }
+    // Every read not landed fails with it; the queue's destructor waits for
+    // the reads in flight.
+    if (!no_buffer.ok()) return FailAll(no_buffer);
     for (const auto& r : batch) started.emplace_back(r.tag, Clock::now() + o.read_timeout);
     if (!batch.empty()) {
       if (Status st = queue->Submit(batch); !st.ok()) return FailAll(st);

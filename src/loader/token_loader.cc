@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/thread_boundary.h"
 #include "loader/batch_builder.h"
 
 namespace stoker {
@@ -239,7 +240,9 @@ void TokenLoader::Produce() {
       });
       if (stop_) return;
     }
-    Result<Batch> out = [&]() -> Result<Batch> {
+    // What the producer does not expect (a std::bad_alloc from the token
+    // buffer) fails this batch, not the process.
+    Result<Batch> out = internal::CatchAsStatus("token loader producer", [&]() -> Result<Batch> {
       if (!reader.ok()) return reader.status();
       const uint64_t j0 = b * batch, j1 = std::min(rank_windows_, j0 + batch);
       pieces.clear();
@@ -259,7 +262,7 @@ void TokenLoader::Produce() {
       const uint64_t index = start_ / (batch * world) + b;
       return BuildTokenBatch(*pool_, spec_, tokens, pieces, first, ids, {}, epoch_, index,
                              StateAt(start_ + j1 * world));
-    }();
+    });
     const bool failed = !out.ok();
     {
       std::lock_guard lock(mu_);
