@@ -12,12 +12,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "batches.h"
 #include "binding.h"
 #include "stoker/dataset.h"
+#include "stoker/decode.h"
 #include "stoker/format.h"
 #include "stoker/loader.h"
 #include "stoker/metrics.h"
@@ -256,7 +258,32 @@ py::array DecodeOne(const DecodeOptions& o, py::bytes jpeg, uint64_t seed, uint6
   return out;
 }
 
+// decode.h's Parse* and *Name: the one set of spellings, shared with the CLI.
+template <typename E>
+void BindNames(py::module_& m, const char* parse, Result<E> (*parser)(std::string_view),
+               const char* name, std::string_view (*namer)(E)) {
+  m.def(
+      parse, [parser](const std::string& s) { return Unwrap(parser(s)); }, py::arg("name"));
+  m.def(
+      name, [namer](E v) { return std::string(namer(v)); }, py::arg("value"));
+}
+
 void BindDecode(py::module_& m) {
+  py::enum_<CropMode>(m, "CropMode")
+      .value("RESIZE", CropMode::kResize)
+      .value("CENTER", CropMode::kCenter)
+      .value("RANDOM_RESIZED", CropMode::kRandomResized);
+  py::enum_<ImageDType>(m, "ImageDType")
+      .value("UINT8", ImageDType::kUInt8)
+      .value("FLOAT32", ImageDType::kFloat32)
+      .value("FLOAT16", ImageDType::kFloat16)
+      .value("BFLOAT16", ImageDType::kBFloat16);
+  py::enum_<ImageLayout>(m, "ImageLayout")
+      .value("NHWC", ImageLayout::kNHWC)
+      .value("NCHW", ImageLayout::kNCHW);
+  BindNames(m, "parse_crop_mode", ParseCropMode, "crop_mode_name", CropModeName);
+  BindNames(m, "parse_image_dtype", ParseImageDType, "image_dtype_name", ImageDTypeName);
+  BindNames(m, "parse_image_layout", ParseImageLayout, "image_layout_name", ImageLayoutName);
   py::class_<DecodeOptions> c(m, "_DecodeOptions");
   c.def(py::init<>())
       .def_readwrite("field", &DecodeOptions::field)
@@ -272,11 +299,11 @@ void BindDecode(py::module_& m) {
       .def_readwrite("skip_corrupt", &DecodeOptions::skip_corrupt)
       .def_readwrite("device", &DecodeOptions::device)
       .def_readwrite("cpu_share", &DecodeOptions::cpu_share)
+      .def_readwrite("crop", &DecodeOptions::crop)
+      .def_readwrite("dtype", &DecodeOptions::dtype)
+      .def_readwrite("layout", &DecodeOptions::layout)
       .def("validate", [](const DecodeOptions& o) { Check(ValidateDecodeOptions(o)); });
-  EnumProperty(c, "crop", &DecodeOptions::crop);  // CropMode's values
-  EnumProperty(c, "dtype", &DecodeOptions::dtype);
-  EnumProperty(c, "layout", &DecodeOptions::layout);
-  EnumProperty(c, "extent", &DecodeOptions::extent);  // for bench/augment_bench.py
+  EnumProperty(c, "extent", &DecodeOptions::extent);  // for bench/augment_bench.py, as an int
   TripleProperty(c, "mean", &DecodeOptions::mean);
   TripleProperty(c, "std", &DecodeOptions::std);
   m.def("_decode_sample", &DecodeOne, py::arg("options"), py::arg("jpeg"), py::arg("seed") = 0,

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "stoker/status.h"
 
@@ -33,6 +34,23 @@ enum class CropMode : uint8_t {
   // area and aspect ratio, resized to height x width.
   kRandomResized = 2,
 };
+
+// The names of CropMode, ImageDType and ImageLayout, one set for every
+// entry point (the CLI's --crop/--dtype/--layout, Python's decode={...}):
+//   crop:   resize, center, random-resized
+//   dtype:  uint8, float32, float16, bfloat16
+//   layout: nhwc, nchw
+// ASCII case is ignored and '_' is read as '-' ("random_resized",
+// "NCHW" and "Float32" are accepted). Anything else is InvalidArgument
+// naming the option and the accepted values, e.g. "crop must be resize,
+// center or random-resized, not 'random'". The *Name functions give the
+// spellings above (lower case, '-'); an out-of-range value gives "unknown".
+Result<CropMode> ParseCropMode(std::string_view name);
+Result<ImageDType> ParseImageDType(std::string_view name);
+Result<ImageLayout> ParseImageLayout(std::string_view name);
+std::string_view CropModeName(CropMode m);
+std::string_view ImageDTypeName(ImageDType t);
+std::string_view ImageLayoutName(ImageLayout l);
 
 // How much of a JPEG DecodeSample decodes.
 enum class DecodeExtent : uint8_t {

@@ -174,9 +174,6 @@ def _seconds(name, value, allow_zero=False):
 
 _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "flip", "normalize",
                 "dtype", "layout", "skip_corrupt", "device", "cpu_share")
-_CROPS = {"resize": 0, "center": 1, "random_resized": 2}
-_DTYPES = {"uint8": 0, "float32": 1, "float16": 2, "bfloat16": 3}
-_LAYOUTS = {"NHWC": 0, "NCHW": 1}
 #: torchvision's ImageNet mean and std (normalize=True or "imagenet"): DecodeOptions'
 #: defaults (include/stoker/decode.h), as the decimals they were written as.
 IMAGENET_NORMALIZE = tuple(tuple(float(str(np.float32(x))) for x in v)
@@ -204,19 +201,16 @@ def _decode_triple(key, value):
     return tuple(_decode_real(key, v) for v in value)
 
 
-def _decode_choice(key, value, choices, fold=str.lower):
-    if isinstance(value, str):
-        name = value
-    else:  # a numpy or torch dtype
+def _decode_choice(value, parse):
+    """crop, dtype or layout by C++'s parse_* (include/stoker/decode.h: one set
+    of spellings with the CLI, its message when none fits); a numpy or torch
+    dtype is taken by its name."""
+    if not isinstance(value, str):
         try:
-            name = np.dtype(value).name
+            value = np.dtype(value).name
         except TypeError:
-            name = str(value).removeprefix("torch.")
-    name = fold(name).replace("-", "_")
-    if name not in choices:
-        raise ValueError(f"decode[{key!r}] must be one of {', '.join(map(repr, choices))}, "
-                         f"got {value!r}")
-    return choices[name]
+            value = str(value).removeprefix("torch.")
+    return parse(value)
 
 
 def _decode_options(decode):
@@ -252,8 +246,8 @@ def _decode_options(decode):
         raise ValueError(f"decode size must be between 1x1 and {_MAX_DECODE_SIDE}x"
                          f"{_MAX_DECODE_SIDE}, got {height}x{width}")
     o.field, o.height, o.width = field, height, width
-    if "crop" in decode:
-        o.crop = _decode_choice("crop", decode["crop"], _CROPS)
+    if decode.get("crop") is not None:
+        o.crop = _decode_choice(decode["crop"], _stoker.parse_crop_mode)
     if "scale" in decode:
         o.scale_min, o.scale_max = _decode_pair("scale", decode["scale"])
     if "ratio" in decode:
@@ -272,11 +266,11 @@ def _decode_options(decode):
         o.normalize = True
         o.mean = _decode_triple("normalize", normalize[0])
         o.std = _decode_triple("normalize", normalize[1])
-        o.dtype = _DTYPES["float32"]  # unless dtype says otherwise
-    if "dtype" in decode:
-        o.dtype = _decode_choice("dtype", decode["dtype"], _DTYPES)
-    if "layout" in decode:
-        o.layout = _decode_choice("layout", decode["layout"], _LAYOUTS, str.upper)
+        o.dtype = _stoker.ImageDType.FLOAT32  # unless dtype says otherwise
+    if decode.get("dtype") is not None:
+        o.dtype = _decode_choice(decode["dtype"], _stoker.parse_image_dtype)
+    if decode.get("layout") is not None:
+        o.layout = _decode_choice(decode["layout"], _stoker.parse_image_layout)
     if "skip_corrupt" in decode:
         o.skip_corrupt = _bool("decode['skip_corrupt']", decode["skip_corrupt"])
     if decode.get("device") is not None:
@@ -430,7 +424,10 @@ class Loader:
         workers decode that fraction of the GPU's images too, chosen per
         sample: CPU and GPU together.
         Each key defaults to the value shown (crop "resize", flip 0, no
-        normalize, uint8, NHWC).
+        normalize, uint8, NHWC); a key given as None keeps C++'s default.
+        crop, dtype and layout are read by C++ (stoker/decode.h, the same
+        spellings as the CLI's --crop, --dtype and --layout): any case, "_"
+        or "-" ("random-resized"); dtype also takes a numpy or torch dtype.
       fields: the fields to deliver (default: all).
       ragged: how arrays whose first dimension varies are collated:
         "padded" (default; NAME is zero-padded to the batch's longest, with
@@ -550,7 +547,7 @@ class Loader:
             raise ValueError(f"decode['device']={decode_device!r} decodes into the batches on "
                              f"that GPU: pass device={decode_device!r} (and format='torch' or "
                              "'dlpack') too")
-        if o.decode.dtype == _DTYPES["bfloat16"] and device in ("", "cpu"):
+        if o.decode.dtype == _stoker.ImageDType.BFLOAT16 and device in ("", "cpu"):
             raise ValueError("decode dtype 'bfloat16' is for device delivery (device='cuda:N'): "
                              "numpy has no bfloat16")
         self.device = device or None

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "cli/cli.h"
+#include "stoker/decode.h"
 #include "stoker/loader.h"
 
 namespace stoker::cli {
@@ -73,15 +75,15 @@ struct LoaderFlags {
   void AddAugment(CLI::App* cmd) {
     cmd->add_option("--crop", crop,
                     "resize (default), center (Resize(H*256/224) + CenterCrop) or "
-                    "random-resized (RandomResizedCrop)");
+                    "random-resized (RandomResizedCrop); any case, _ for -");
     cmd->add_option("--scale", scale, "random-resized: area fraction MIN,MAX (default 0.08,1)");
     cmd->add_option("--ratio", ratio, "random-resized: aspect w/h MIN,MAX (default 0.75,1.3333)");
     cmd->add_option("--flip", flip, "horizontal flip probability (default 0)");
     cmd->add_option("--normalize", normalize,
                     "imagenet or MEAN,MEAN,MEAN/STD,STD,STD: (x/255 - mean) / std into float32 "
                     "(or --dtype float16)");
-    cmd->add_option("--dtype", dtype, "uint8 (default), float32 or float16");
-    cmd->add_option("--layout", layout, "nhwc (default) or nchw");
+    cmd->add_option("--dtype", dtype, "uint8 (default), float32, float16 or bfloat16 (any case)");
+    cmd->add_option("--layout", layout, "nhwc (default) or nchw (any case)");
     cmd->add_flag("--skip-corrupt", skip_corrupt,
                   "zero-fill and count undecodable images instead of failing");
   }
@@ -124,14 +126,18 @@ struct LoaderFlags {
     return true;
   }
 
+  // decode.h's Parse* messages, named as the flag ("--crop must be ...").
+  template <typename E>
+  static Status Choice(Result<E> (*parse)(std::string_view), const std::string& given, E* out) {
+    if (given.empty()) return Status::Ok();
+    Result<E> r = parse(given);
+    if (!r.ok()) return InvalidArgument("--" + r.status().message());
+    *out = *r;
+    return Status::Ok();
+  }
+
   Status FinishAugment(DecodeOptions* d) {
-    if (crop == "random-resized") {
-      d->crop = CropMode::kRandomResized;
-    } else if (crop == "center") {
-      d->crop = CropMode::kCenter;
-    } else if (!crop.empty() && crop != "resize") {
-      return InvalidArgument("--crop must be resize, center or random-resized, not '" + crop + "'");
-    }
+    STOKER_RETURN_IF_ERROR(Choice(ParseCropMode, crop, &d->crop));
     float pair[2];
     if (!scale.empty()) {
       if (!Floats(scale, pair, 2)) return InvalidArgument("--scale must be MIN,MAX, not " + scale);
@@ -153,23 +159,8 @@ struct LoaderFlags {
                                normalize);
       }
     }
-    if (dtype == "uint8") {
-      d->dtype = ImageDType::kUInt8;
-    } else if (dtype == "float32") {
-      d->dtype = ImageDType::kFloat32;
-    } else if (dtype == "float16") {
-      d->dtype = ImageDType::kFloat16;
-    } else if (dtype == "bfloat16") {
-      d->dtype = ImageDType::kBFloat16;
-    } else if (!dtype.empty()) {
-      return InvalidArgument("--dtype must be uint8, float32, float16 or bfloat16, not '" + dtype +
-                             "'");
-    }
-    if (layout == "nchw") {
-      d->layout = ImageLayout::kNCHW;
-    } else if (!layout.empty() && layout != "nhwc") {
-      return InvalidArgument("--layout must be nhwc or nchw, not '" + layout + "'");
-    }
+    STOKER_RETURN_IF_ERROR(Choice(ParseImageDType, dtype, &d->dtype));
+    STOKER_RETURN_IF_ERROR(Choice(ParseImageLayout, layout, &d->layout));
     d->skip_corrupt = skip_corrupt;
     return Status::Ok();
   }

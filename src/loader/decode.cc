@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loader/augment.h"
@@ -62,6 +64,63 @@ size_t ImageDTypeSize(ImageDType t) {
   }
   return 1;
 }
+
+namespace {
+
+// Each enum's names, indexed by its value (decode.h lists them).
+constexpr std::string_view kCropNames[] = {"resize", "center", "random-resized"};
+constexpr std::string_view kDTypeNames[] = {"uint8", "float32", "float16", "bfloat16"};
+constexpr std::string_view kLayoutNames[] = {"nhwc", "nchw"};
+static_assert(std::size(kCropNames) == size_t(CropMode::kRandomResized) + 1);
+static_assert(std::size(kDTypeNames) == size_t(ImageDType::kBFloat16) + 1);
+static_assert(std::size(kLayoutNames) == size_t(ImageLayout::kNCHW) + 1);
+
+// ASCII case folded, '_' read as '-'.
+bool SameName(std::string_view given, std::string_view name) {
+  if (given.size() != name.size()) return false;
+  for (size_t i = 0; i < given.size(); ++i) {
+    char c = given[i];
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+    if (c == '_') c = '-';
+    if (c != name[i]) return false;
+  }
+  return true;
+}
+
+template <typename E, size_t N>
+Result<E> ParseName(const char* option, const std::string_view (&names)[N],
+                    std::string_view given) {
+  for (size_t i = 0; i < N; ++i) {
+    if (SameName(given, names[i])) return E(i);
+  }
+  std::string accepted;
+  for (size_t i = 0; i < N; ++i) {
+    accepted += i == 0 ? "" : i + 1 == N ? " or " : ", ";
+    accepted += names[i];
+  }
+  return InvalidArgument(std::string(option) + " must be " + accepted + ", not '" +
+                         std::string(given) + "'");
+}
+
+template <typename E, size_t N>
+std::string_view NameOf(const std::string_view (&names)[N], E value) {
+  return size_t(value) < N ? names[size_t(value)] : "unknown";
+}
+
+}  // namespace
+
+Result<CropMode> ParseCropMode(std::string_view name) {
+  return ParseName<CropMode>("crop", kCropNames, name);
+}
+Result<ImageDType> ParseImageDType(std::string_view name) {
+  return ParseName<ImageDType>("dtype", kDTypeNames, name);
+}
+Result<ImageLayout> ParseImageLayout(std::string_view name) {
+  return ParseName<ImageLayout>("layout", kLayoutNames, name);
+}
+std::string_view CropModeName(CropMode m) { return NameOf(kCropNames, m); }
+std::string_view ImageDTypeName(ImageDType t) { return NameOf(kDTypeNames, t); }
+std::string_view ImageLayoutName(ImageLayout l) { return NameOf(kLayoutNames, l); }
 
 size_t DecodedSampleBytes(const DecodeOptions& o) {
   return size_t(o.height) * o.width * 3 * ImageDTypeSize(o.dtype);
