@@ -47,16 +47,21 @@
 // operation, the size and the element.
 //
 // Failure: a rank that stops making progress for `timeout_s` (a peer died
-// or hangs) prints what it was doing and exits the process (exit code 18,
-// TimedOut): a collective cannot be cancelled, so waiting longer helps no one.
-// It names the ranks of its node that stopped (no heartbeat: each rank
-// rewrites /dev/shm/stoker-comm-JOB-RANK every 200 ms) or lag behind; a dead
-// rank is also named by the launcher (mpirun) or the TCP bootstrap.
+// or hangs) reports TimedOut, naming what it was doing, through
+// CommBenchOptions::on_stall, from the watchdog's thread. A collective
+// cannot be cancelled, so the rank's own thread may never return: the
+// caller decides what follows (`stoker bench comm` prints the message and
+// exits with code 18, since waiting longer helps no one). The message names
+// the ranks of its node that stopped (no heartbeat: each rank rewrites
+// /dev/shm/stoker-comm-JOB-RANK every 200 ms) or lag behind; a dead rank is
+// also named by the launcher (mpirun) or the TCP bootstrap. Should the
+// collective return after all, RunCommBench returns that TimedOut.
 //
 // Thread safety: RunCommBench runs one benchmark at a time per process.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -92,6 +97,12 @@ struct CommBenchOptions {
   // Seconds without progress after which a rank gives up (see above).
   // Default: 120 s: longer than NCCL's communicator set-up on a large job.
   double timeout_s = 120;
+  // Called once, from the watchdog's thread, when timeout_s passes without
+  // progress (see above), with the TimedOut that says where; it may end the
+  // process (the rank's thread is likely blocked for good). Must be
+  // thread-safe. Default: null: the message goes to stderr and the rank
+  // keeps waiting.
+  std::function<void(const Status&)> on_stall;
   // The arguments as given, compared across ranks before anything runs, so
   // that a rank started with other arguments is named instead of hanging in
   // a collective of another size. Empty: the options' own summary is used.

@@ -2,6 +2,7 @@
 // memory), run under mpirun/srun/torchrun, every result checked (comm.h).
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -137,6 +138,13 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
       o.warmup = args->warmup;
       o.iters = args->iters;
       o.timeout_s = args->timeout;
+      // A rank stuck in a collective cannot be woken: the command ends the
+      // process, without running destructors under the blocked thread.
+      o.on_stall = [](const Status& st) {
+        const int code = Fail(st);
+        std::fflush(stderr);
+        std::_Exit(code);
+      };
       auto report = RunCommBench(o);
       if (!report.ok()) return Fail(report.status());
       const CommReport& r = *report;

@@ -104,8 +104,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kBeatPrefix = "stoker-comm-";  // heartbeat files in /dev/shm
 
-// Exits the process when nothing has progressed for the timeout (comm.h):
-// a rank blocked in a collective whose peer died cannot be woken otherwise.
+// Reports a stall, once, when nothing has progressed for the timeout
+// (comm.h): a rank blocked in a collective whose peer died cannot be woken,
+// so the caller's on_stall decides (the CLI exits).
 //
 // To name the culprit, the ranks of a node keep heartbeats in /dev/shm
 // (Heartbeats()): this thread rewrites its rank's file every 200 ms with the
@@ -114,8 +115,10 @@ constexpr const char* kBeatPrefix = "stoker-comm-";  // heartbeat files in /dev/
 // behind (stuck before the collective the others wait in).
 class Watchdog final {
  public:
-  Watchdog(double timeout_s, int rank)
-      : timeout_(std::chrono::milliseconds(int64_t(timeout_s * 1000))), rank_(rank) {
+  Watchdog(double timeout_s, int rank, std::function<void(const Status&)> on_stall)
+      : timeout_(std::chrono::milliseconds(int64_t(timeout_s * 1000))),
+        rank_(rank),
+        on_stall_(std::move(on_stall)) {
     thread_ = std::thread([this] { Watch(); });
   }
   ~Watchdog() {
@@ -138,6 +141,11 @@ class Watchdog final {
   }
   // Progress within a phase; cheap enough for a timed loop (no lock).
   void Tick() { ticks_.fetch_add(1, std::memory_order_relaxed); }
+  // The TimedOut reported, if the watchdog fired (OK if not).
+  Status stalled() {
+    std::lock_guard lock(mu_);
+    return stalled_;
+  }
   // Starts heartbeats under `prefix` (the same on every rank of the job).
   void Heartbeats(const std::string& prefix, int size) {
     RemoveStale(std::filesystem::path(prefix).parent_path());
@@ -223,20 +231,32 @@ class Watchdog final {
       if (stop_ || Clock::now() - last_ < limit) continue;
       const std::string suspects = Suspects();
       if (!beat_dir_.empty()) std::remove(BeatFile(rank_).c_str());
-      std::fprintf(
-          stderr, "stoker: TimedOut: rank %d: no progress for %.0f s while %s: %s; giving up\n",
-          rank_, std::chrono::duration<double>(limit).count(), what_.c_str(),
-          suspects.empty() ? "another rank died or hangs (the launcher's message names a rank that "
-                             "exited)"
-                           : ("on this node: " + suspects).c_str());
-      std::fflush(stderr);
-      std::_Exit(10 + static_cast<int>(Code::kTimedOut));
+      char took[32];
+      std::snprintf(took, sizeof took, "%.0f", std::chrono::duration<double>(limit).count());
+      stalled_ = TimedOut("rank " + std::to_string(rank_) + ": no progress for " + took +
+                          " s while " + what_ + ": " +
+                          (suspects.empty() ? "another rank died or hangs (the launcher's message "
+                                              "names a rank that exited)"
+                                            : "on this node: " + suspects) +
+                          "; giving up");
+      // Once: the rank is stuck where no later progress can come from.
+      const Status report = stalled_;
+      lock.unlock();
+      if (on_stall_) {
+        on_stall_(report);
+      } else {
+        std::fprintf(stderr, "stoker: %s\n", report.ToString().c_str());
+        std::fflush(stderr);
+      }
+      return;
     }
   }
 
   const Clock::duration timeout_;
   const int rank_;
+  const std::function<void(const Status&)> on_stall_;
   std::mutex mu_;
+  Status stalled_;
   std::condition_variable cv_;
   bool stop_ = false;
   std::string what_ = "meeting the other ranks";
@@ -438,7 +458,7 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
     return InvalidArgument(std::string("stoker bench comm runs one process per rank: ") +
                            kLaunchHint);
   }
-  Watchdog dog(o.timeout_s, me.rank);
+  Watchdog dog(o.timeout_s, me.rank, o.on_stall);
   STOKER_ASSIGN_OR_RETURN(auto boot, MakeBootstrap(me, o.timeout_s));
   const int n = boot->size();
   const int rank = boot->rank();
@@ -550,6 +570,8 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
       first_op = false;
     }
   }
+  // A stall the collectives came back from is still a failure.
+  STOKER_RETURN_IF_ERROR(dog.stalled());
   return report;
 }
 
