@@ -143,9 +143,14 @@ std::shared_ptr<Assembly::Job> Assembly::Open(uint64_t b) {
   if (stopped) return nullptr;
   auto job = std::make_shared<Job>();
   job->b = b;
-  // What a worker does not expect fails this batch, not the process.
-  st = internal::CatchAsStatus("loader assembly worker, opening batch " + std::to_string(b),
-                               [&] { return Lay(*job, std::move(st)); });
+  // What a worker does not expect fails this batch, not the process (the
+  // message is built on that path only).
+  try {
+    st = Lay(*job, std::move(st));
+  } catch (...) {
+    st = internal::CurrentExceptionStatus("loader assembly worker, opening batch " +
+                                          std::to_string(b));
+  }
   if (!st.ok()) {
     job->failed = true;
     job->error = std::move(st);
