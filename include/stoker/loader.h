@@ -41,6 +41,7 @@
 #include "stoker/dataset.h"  // ReadManifest, for the loader's callers
 #include "stoker/decode.h"
 #include "stoker/format.h"
+#include "stoker/plan.h"
 #include "stoker/status.h"
 #include "stoker/store.h"
 
@@ -234,6 +235,14 @@ struct LoaderOptions {
   // it). TokenDatasetOptions::verify. Default: on.
   bool sequence_verify = true;
 };
+
+// The epoch plan's options (plan.h) that the loader runs with: seed,
+// shuffle, shuffle_window_shards, batch_size, rank, world_size, drop_last,
+// node_affinity and ranks_per_node, copied. With EpochPlan::Make and the
+// manifest's shard sample counts it gives the order any rank of the job
+// reads in any epoch, as the loader itself (and the node cache's prefetch)
+// computes it.
+PlanOptions PlanOptionsOf(const LoaderOptions& o);
 
 // Records of at least this many bytes on average are read one by one under
 // read_unit "auto" (see LoaderOptions::read_unit): a system call per sample

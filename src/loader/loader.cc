@@ -252,21 +252,6 @@ Result<MemoryPlan> LoaderImpl::SizeMemory(const Schedule& schedule) const {
   return PlanMemory(n, machine_memory_);
 }
 
-// The plan's options from the loader's.
-PlanOptions PlanOptionsOf(const LoaderOptions& o) {
-  PlanOptions po;
-  po.seed = o.seed;
-  po.shuffle = o.shuffle;
-  po.shuffle_window_shards = o.shuffle_window_shards;
-  po.batch_size = o.batch_size;
-  po.rank = o.rank;
-  po.world_size = o.world_size;
-  po.drop_last = o.drop_last;
-  po.node_affinity = o.node_affinity;
-  po.ranks_per_node = o.ranks_per_node;
-  return po;
-}
-
 Result<uint64_t> LoaderImpl::BatchesFrom(uint64_t epoch, uint64_t position) const {
   if (epoch_ && epoch_->plan.epoch() == epoch && epoch_->plan.start_position() == position) {
     return epoch_->plan.num_batches();
@@ -468,6 +453,20 @@ Status ValidateOptions(const LoaderOptions& o) {
 }
 
 }  // namespace
+
+PlanOptions PlanOptionsOf(const LoaderOptions& o) {
+  PlanOptions po;
+  po.seed = o.seed;
+  po.shuffle = o.shuffle;
+  po.shuffle_window_shards = o.shuffle_window_shards;
+  po.batch_size = o.batch_size;
+  po.rank = o.rank;
+  po.world_size = o.world_size;
+  po.drop_last = o.drop_last;
+  po.node_affinity = o.node_affinity;
+  po.ranks_per_node = o.ranks_per_node;
+  return po;
+}
 
 Result<std::unique_ptr<Loader>> Loader::Open(std::string_view uri, const LoaderOptions& options) {
   STOKER_RETURN_IF_ERROR(ValidateOptions(options));
