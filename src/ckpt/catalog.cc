@@ -211,6 +211,13 @@ Status Catalog::Commit(const std::string& name, uint64_t sequence, std::vector<R
   m.ranks = std::move(parts);
   m.sequence = sequence;
   const std::string encoded = EncodeCheckpointManifest(m);
+  // Nothing is committed that a reader would refuse (§2: a body of 1 GiB at most).
+  if (const size_t body = encoded.size() - encoded.find('\n') - 1; body > kMaxManifestBodyBytes) {
+    return InvalidArgument("commit of " + Where(name) + ": its manifest would be " +
+                           std::to_string(body) + " bytes, more than the " +
+                           std::to_string(kMaxManifestBodyBytes) +
+                           " a reader accepts (fewer tensors or less metadata)");
+  }
   Status s = store_->Put(ManifestKey(name), Bytes(encoded));
   if (!s.ok()) return s.WithContext("commit of " + Where(name));
   s = PutLatest(name);

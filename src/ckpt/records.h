@@ -25,6 +25,9 @@ inline constexpr std::string_view kManifestSuffix = "/manifest.stkc";
 inline constexpr int kMaxCheckpointJsonDepth = 64;
 // Largest chunk a writer makes: keeps one chunk's read buffer bounded.
 inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
+// Longest manifest body (docs/checkpoint.md §2): bounds what a reader holds;
+// 2000 tensors make ~300 KB, so this is ~7 million tensors.
+inline constexpr uint64_t kMaxManifestBodyBytes = 1ull << 30;
 
 std::string ManifestKey(std::string_view name);
 std::string PartKey(std::string_view name, uint32_t rank);

@@ -169,6 +169,11 @@ Status DecodeFramed(std::span<const std::byte> data, std::string_view where, con
   if (!ParseDecimal(length_tok, 20, &body_length)) {
     return Corruption(w + ": header line: bad body length '" + std::string(length_tok) + "'");
   }
+  if (body_length > f.max_body_bytes) {
+    return Corruption(w + ": header line: body length " + std::to_string(body_length) +
+                      " is more than a " + std::string(f.what) + " may hold (" +
+                      std::to_string(f.max_body_bytes) + " bytes)");
+  }
   std::string_view hash_tok = sp == std::string_view::npos ? "" : rest.substr(sp + 1);
   uint64_t body_hash;
   if (!ParseHex16(hash_tok, &body_hash)) {

@@ -23,6 +23,9 @@ struct FramedFormat {
   std::string_view version_name;  // for messages: "format", "checkpoint format"
   uint32_t max_version = 1;       // newer ones are Unsupported
   int max_depth = 8;              // JSON nesting limit
+  // Longest body a reader accepts (the header's length is checked against it
+  // before the body is looked at). Default: no limit but u64's.
+  uint64_t max_body_bytes = UINT64_MAX;
 };
 
 // MAGIC VERSION LENGTH HASH\n BODY.
