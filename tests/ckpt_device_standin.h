@@ -53,8 +53,9 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
   }
 
   // ---- DeviceRuntime
-  Result<void*> HostAlloc(size_t bytes) override {
+  Result<void*> HostAlloc(int device, size_t bytes) override {
     std::lock_guard l(mu_);
+    alloc_devices.push_back(device);
     if (pinned_ + bytes > pinned_limit) {
       return NoSpace("cuda:0: cudaHostAlloc(" + std::to_string(bytes) +
                      " bytes of pinned memory): out of memory (cudaErrorMemoryAllocation)");
@@ -166,6 +167,11 @@ class StandInRuntime final : public ckpt::DeviceRuntime {
   int devices = 2;
   std::chrono::microseconds copy_delay{0};  // per copy, on the stream
   std::atomic<uint64_t> copies{0}, copied_bytes{0}, host_allocs{0};
+  std::vector<int> alloc_devices;  // HostAlloc's device argument, call by call (mu_)
+  std::vector<int> AllocDevices() const {
+    std::lock_guard l(mu_);
+    return alloc_devices;
+  }
   std::atomic<int64_t> live_events{0}, live_streams{0};
 
  private:

@@ -231,6 +231,43 @@ TEST_F(CkptDevice, AHundredSavesAllocatePinnedMemoryOnce) {
   ExpectSaved("last", state);
 }
 
+// Pinned staging is asked for the GPU it serves, so the CUDA runtime places
+// it on that GPU's NUMA node: the save's device for the snapshot and the
+// ring, the destination's for a restore's buffers.
+TEST_F(CkptDevice, PinnedStagingIsAskedForTheDeviceItServes) {
+  for (auto staging : {CheckpointerOptions::DeviceStaging::kSnapshot,
+                       CheckpointerOptions::DeviceStaging::kBounded}) {
+    CheckpointerOptions o;
+    o.device_staging = staging;
+    o.staging_ring_bytes = 256 << 10;
+    Open(o);
+    auto s1 = rt_->NewStream(1);
+    ASSERT_TRUE(s1.ok());
+    const std::vector<DeviceTensor> state = State(2, 300 << 10, 9);
+    std::vector<TensorRef> refs = Refs(state);
+    for (TensorRef& r : refs) r.device = 1, r.stream = *s1;
+    const size_t before = rt_->AllocDevices().size();
+    ASSERT_OK(ckpt_->Save("on-1", refs, Small()));
+    std::vector<std::vector<std::byte>> device(2);
+    std::vector<TensorDestination> dst;
+    for (size_t i = 0; i < 2; ++i) {
+      device[i].resize(state[i].bytes.size());
+      TensorDestination d{state[i].name, device[i], {}, {}, {}};
+      d.device = 1;
+      dst.push_back(d);
+    }
+    ASSERT_OK(ckpt_->RestoreInto("on-1", dst, {}).status());
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(device[i] == state[i].bytes) << i;
+    const std::vector<int> asked = rt_->AllocDevices();
+    ASSERT_GT(asked.size(), before + 1) << "the save's staging and the restore's buffers";
+    for (size_t i = before; i < asked.size(); ++i) EXPECT_EQ(asked[i], 1) << "allocation " << i;
+    ckpt_.reset();
+    rt_->DestroyStream(1, *s1);
+    rt_->DestroyStream(0, train_);
+    train_ = nullptr;
+  }
+}
+
 TEST_F(CkptDevice, RestoresIntoDeviceMemoryThroughPinnedBuffers) {
   CheckpointerOptions o;
   o.staging_ring_bytes = 1 << 20;

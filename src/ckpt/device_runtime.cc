@@ -16,7 +16,7 @@ namespace {
 
 class NoCudaRuntime final : public DeviceRuntime {
  public:
-  Result<void*> HostAlloc(size_t) override { return NoCuda(0); }
+  Result<void*> HostAlloc(int, size_t) override { return NoCuda(0); }
   void HostFree(void*) override {}
   Result<Stream> NewStream(int device) override { return NoCuda(device); }
   void DestroyStream(int, Stream) override {}

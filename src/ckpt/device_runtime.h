@@ -30,9 +30,13 @@ class DeviceRuntime {
 
   virtual ~DeviceRuntime() = default;
 
-  // Page-locked host memory for DMA (cudaHostAlloc, portable); NoSpace
-  // naming `bytes` when there is not that much.
-  virtual Result<void*> HostAlloc(size_t bytes) = 0;
+  // Page-locked host memory for DMA (portable), for copies to and from
+  // `device`: on a host of several NUMA nodes, placed on the node closest
+  // to that GPU (its pages bound there by preference, then registered with
+  // cudaHostRegister), so the copies cross no socket link; elsewhere (or
+  // `device` < 0) cudaHostAlloc's. NoSpace naming `bytes` when there is not
+  // that much.
+  virtual Result<void*> HostAlloc(int device, size_t bytes) = 0;
   virtual void HostFree(void* p) = 0;
 
   // A non-blocking stream of `device`, never the legacy default stream.

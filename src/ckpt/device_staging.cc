@@ -24,8 +24,8 @@ DeviceCopier::~DeviceCopier() {
 
 uint64_t DeviceCopier::pinned_bytes() const { return pinned_.load(std::memory_order_relaxed); }
 
-Result<DeviceCopier::Pinned> DeviceCopier::Alloc(size_t n, const char* what) {
-  auto p = rt_->HostAlloc(n);
+Result<DeviceCopier::Pinned> DeviceCopier::Alloc(int device, size_t n, const char* what) {
+  auto p = rt_->HostAlloc(device, n);
   if (!p.ok()) {
     // Never a silent fall back to pageable copies: say what was asked.
     return Status(p.status().code(),
@@ -34,7 +34,7 @@ Result<DeviceCopier::Pinned> DeviceCopier::Alloc(size_t n, const char* what) {
                   p.status().retryable());
   }
   pinned_ += n;
-  return Pinned{static_cast<std::byte*>(*p), n};
+  return Pinned{static_cast<std::byte*>(*p), n, device};
 }
 
 void DeviceCopier::Free(Pinned& p) {
@@ -80,6 +80,9 @@ Result<std::shared_ptr<StagedSave>> DeviceCopier::Start(std::span<const TensorRe
     callers.emplace(t.device, t.stream);
   }
   if (callers.empty()) return std::shared_ptr<StagedSave>();
+  // The staging lies on the NUMA node of the save's (first) GPU: a rank
+  // saves from one device.
+  const int home = callers.begin()->first;
   auto save = std::shared_ptr<StagedSave>(new StagedSave());
   save->copier_ = shared_from_this();
   save->bounded_ = opt_.device_staging == CheckpointerOptions::DeviceStaging::kBounded;
@@ -100,12 +103,12 @@ Result<std::shared_ptr<StagedSave>> DeviceCopier::Start(std::span<const TensorRe
   if (save->bounded_) {
     const uint64_t slots = std::max<uint64_t>(2, opt_.staging_ring_bytes / chunk_bytes);
     std::lock_guard l(mu_);
-    if (ring_slot_ < chunk_bytes || ring_.size() != slots) {
+    if (ring_slot_ < chunk_bytes || ring_.size() != slots || ring_[0].device != home) {
       for (Pinned& p : ring_) Free(p);
       ring_.clear();
       ring_slot_ = 0;
       for (uint64_t i = 0; i < slots; ++i) {
-        STOKER_ASSIGN_OR_RETURN(Pinned p, Alloc(chunk_bytes, "the bounded ring"));
+        STOKER_ASSIGN_OR_RETURN(Pinned p, Alloc(home, chunk_bytes, "the bounded ring"));
         ring_.push_back(p);
       }
       ring_slot_ = chunk_bytes;
@@ -123,9 +126,10 @@ Result<std::shared_ptr<StagedSave>> DeviceCopier::Start(std::span<const TensorRe
   // a chunk so that writes start as soon as the first slices land.
   {
     std::lock_guard l(mu_);
-    if (snapshot_.n < device_bytes) {
+    if (snapshot_.n < device_bytes || snapshot_.device != home) {
       Free(snapshot_);
-      STOKER_ASSIGN_OR_RETURN(snapshot_, Alloc(device_bytes, "a snapshot of the device tensors"));
+      STOKER_ASSIGN_OR_RETURN(snapshot_,
+                              Alloc(home, device_bytes, "a snapshot of the device tensors"));
     }
   }
   uint64_t at = 0, stream = 0;
@@ -155,19 +159,20 @@ Result<std::shared_ptr<StagedSave>> DeviceCopier::Start(std::span<const TensorRe
   return save;
 }
 
-Result<std::span<std::byte>> DeviceCopier::TakeBuffer(size_t n) {
+Result<std::span<std::byte>> DeviceCopier::TakeBuffer(size_t n, int device) {
   std::unique_lock l(mu_);
   while (true) {
     for (size_t i = 0; i < restore_free_.size(); ++i) {
-      if (restore_free_[i].n >= n) {
+      if (restore_free_[i].n >= n && restore_free_[i].device == device) {
         Pinned p = restore_free_[i];
         restore_free_.erase(restore_free_.begin() + i);
         ++restore_taken_;
+        taken_device_[p.p] = p.device;
         return std::span<std::byte>(p.p, p.n);
       }
     }
-    // The buffers stay within the ring's size: free ones too small go
-    // first; while the rest are taken, wait for one to come back (unless
+    // The buffers stay within the ring's size: free ones too small (or of
+    // another device) go first; while the rest are taken, wait for one to come back (unless
     // none is taken: one buffer is always allowed).
     while (!restore_free_.empty() && restore_held_ + n > opt_.staging_ring_bytes) {
       restore_held_ -= restore_free_.back().n;
@@ -178,16 +183,19 @@ Result<std::span<std::byte>> DeviceCopier::TakeBuffer(size_t n) {
     restore_cv_.wait(l);
   }
   l.unlock();
-  STOKER_ASSIGN_OR_RETURN(Pinned p, Alloc(n, "a restore into device memory"));
+  STOKER_ASSIGN_OR_RETURN(Pinned p, Alloc(device, n, "a restore into device memory"));
   l.lock();
   restore_held_ += p.n;
   ++restore_taken_;
+  taken_device_[p.p] = p.device;
   return std::span<std::byte>(p.p, p.n);
 }
 
 void DeviceCopier::GiveBack(std::span<std::byte> b) {
   std::lock_guard l(mu_);
-  restore_free_.push_back({b.data(), b.size()});
+  auto it = taken_device_.find(b.data());
+  restore_free_.push_back({b.data(), b.size(), it == taken_device_.end() ? -1 : it->second});
+  if (it != taken_device_.end()) taken_device_.erase(it);
   --restore_taken_;
   restore_cv_.notify_one();
 }

@@ -57,9 +57,11 @@ class DeviceCopier : public std::enable_shared_from_this<DeviceCopier> {
   // Pinned host memory held now (snapshot area, ring, restore buffers).
   uint64_t pinned_bytes() const;
 
-  // Restore into device memory: a pinned buffer of at least `n` bytes,
-  // given back with GiveBack once the copies out of it have landed.
-  Result<std::span<std::byte>> TakeBuffer(size_t n);
+  // Restore into device memory: a pinned buffer of at least `n` bytes for
+  // copies into `device` (placed on its NUMA node: DeviceRuntime::HostAlloc;
+  // -1: unknown), given back with GiveBack once the copies out of it have
+  // landed.
+  Result<std::span<std::byte>> TakeBuffer(size_t n, int device = -1);
   void GiveBack(std::span<std::byte> b);
   // Copies pinned host bytes into device memory on the copy streams and
   // waits for them (one event per device).
@@ -76,11 +78,12 @@ class DeviceCopier : public std::enable_shared_from_this<DeviceCopier> {
   struct Pinned {
     std::byte* p = nullptr;
     size_t n = 0;
+    int device = -1;  // the GPU whose NUMA node holds it (-1: anywhere)
   };
   Result<DeviceRuntime::Stream> StreamOf(int device);  // mu_ held
   Result<DeviceRuntime::Event> TakeEvent(int device);
   void GiveEvent(int device, DeviceRuntime::Event e);
-  Result<Pinned> Alloc(size_t n, const char* what);
+  Result<Pinned> Alloc(int device, size_t n, const char* what);
   void Free(Pinned& p);
 
   const std::shared_ptr<DeviceRuntime> rt_;
@@ -94,6 +97,7 @@ class DeviceCopier : public std::enable_shared_from_this<DeviceCopier> {
   std::vector<Pinned> restore_free_;
   uint64_t restore_held_ = 0;  // pinned bytes of restore buffers, free or taken
   size_t restore_taken_ = 0;
+  std::map<std::byte*, int> taken_device_;  // a taken restore buffer's Pinned::device
   std::condition_variable restore_cv_;
   std::atomic<uint64_t> pinned_{0};
 };
