@@ -59,9 +59,12 @@ int Build(int argc, char** argv) {
       const double lookup = Since(t0);
       std::printf(
           "{\"what\": \"build\", \"documents\": %llu, \"shuffle\": %s, \"windows\": %llu, "
-          "\"build_s\": %.3f, \"lookup_us\": %.3f, \"pieces_per_window\": %.2f}\n",
+          "\"build_s\": %.3f, \"lookup_us\": %.3f, \"pieces_per_window\": %.2f, "
+          "\"documents_per_block\": %u, \"index_bytes\": %llu}\n",
           (unsigned long long)n, shuffle ? "true" : "false", (unsigned long long)w.size(), build,
-          lookup / lookups * 1e6, double(total) / lookups);
+          lookup / lookups * 1e6, double(total) / lookups, w.documents_per_block(),
+          (unsigned long long)((n + w.documents_per_block() - 1) / w.documents_per_block() + 1) *
+              8);
       std::fflush(stdout);
     }
   }

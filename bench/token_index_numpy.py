@@ -38,13 +38,21 @@ def lengths(n, max_len=2047):
 
 
 def build(lens, L, shuffle, seed):
+    # 32-bit document numbers while they fit (Megatron's doc_idx is int32):
+    # at 10^9 documents the int64 permutation alone would be 8 GB.
     rng = np.random.default_rng(seed)
-    order = rng.permutation(len(lens)) if shuffle else np.arange(len(lens))
+    index_type = np.uint32 if len(lens) < (1 << 32) else np.uint64
+    order = np.arange(len(lens), dtype=index_type)
+    if shuffle:
+        rng.shuffle(order)
     prefix = np.zeros(len(lens) + 1, dtype=np.uint64)
     np.cumsum(lens[order], dtype=np.uint64, out=prefix[1:])
     total = int(prefix[-1])
     windows = (total - 1) // L if total > L else 0
-    window_order = rng.permutation(windows) if shuffle else None
+    window_order = None
+    if shuffle:
+        window_order = np.arange(windows, dtype=np.uint32 if windows < (1 << 32) else np.uint64)
+        rng.shuffle(window_order)
     return order, prefix, windows, window_order
 
 

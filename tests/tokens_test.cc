@@ -318,14 +318,71 @@ TEST(TokenWindows, ShuffledOrderIsAPureFunctionOfDatasetSeedEpoch) {
   EXPECT_NE(order, ids);
 }
 
+// Past TokenWindows::kFullShuffleDocuments the documents are shuffled in
+// blocks: the same contract at any block size (every document once, the
+// index equal to summing the epoch's order one by one, a pure function of
+// the key), the last, shorter block anywhere in the order.
+TEST(TokenWindows, BlockedOrderKeepsTheContract) {
+  EXPECT_EQ(TokenWindows::DocumentsPerBlock(1000), 1u);
+  EXPECT_EQ(TokenWindows::DocumentsPerBlock(TokenWindows::kFullShuffleDocuments), 1u);
+  EXPECT_EQ(TokenWindows::DocumentsPerBlock(TokenWindows::kFullShuffleDocuments + 1), 2u);
+  EXPECT_EQ(TokenWindows::DocumentsPerBlock(1000000000), 64u);
+  EXPECT_EQ(TokenWindows::DocumentsPerBlock(10000000000), 1024u);
+  std::vector<uint32_t> lens(5003);
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = uint32_t(i * 2654435761u % 61);
+  for (uint32_t per : {2u, 7u, 64u, 8192u}) {
+    for (bool shuffle : {false, true}) {
+      for (uint64_t epoch : {0u, 1u}) {
+        const uint32_t L = 37;
+        auto w = TokenWindows::Build(lens, L, 11, shuffle, 2, epoch, per);
+        ASSERT_EQ(w.documents_per_block(), per);
+        std::vector<uint64_t> docs, prefix{0};
+        for (uint64_t j = 0; j < lens.size(); ++j) {
+          docs.push_back(w.DocAt(j));
+          prefix.push_back(prefix.back() + lens[docs.back()]);
+        }
+        std::vector<uint64_t> sorted = docs;
+        std::sort(sorted.begin(), sorted.end());
+        for (uint64_t j = 0; j < sorted.size(); ++j) ASSERT_EQ(sorted[j], j) << per;
+        if (!shuffle) EXPECT_EQ(docs, sorted);
+        if (shuffle) EXPECT_NE(docs, sorted);
+        // A block's documents are one stretch of the order: as many runs
+        // of one block as there are blocks.
+        uint64_t runs = 0;
+        for (uint64_t j = 0; j < docs.size(); ++j) runs += j == 0 || docs[j] / per != docs[j - 1] / per;
+        ASSERT_EQ(runs, (lens.size() + per - 1) / per) << per;
+        ASSERT_EQ(w.total_tokens(), prefix.back());
+        ASSERT_EQ(w.size(), (prefix.back() - 1) / L);
+        for (uint64_t k = 0; k < w.size(); ++k) {
+          std::vector<TokenPiece> pieces;
+          w.Pieces(k, &pieces);
+          uint64_t j =
+              uint64_t(std::upper_bound(prefix.begin(), prefix.end(), k * L) - prefix.begin()) - 1;
+          uint64_t at = k * L, n = 0;
+          for (const TokenPiece& p : pieces) {
+            while (prefix[j + 1] <= at) ++j;  // past empty documents
+            ASSERT_EQ(p.doc, docs[j]) << "per " << per << " window " << k;
+            ASSERT_EQ(p.begin, at - prefix[j]) << "per " << per << " window " << k;
+            ASSERT_GT(p.count, 0u);
+            at += p.count, n += p.count;
+          }
+          ASSERT_EQ(n, L + 1u);
+        }
+        auto again = TokenWindows::Build(lens, L, 11, shuffle, 2, epoch, per);
+        for (uint64_t j = 0; j < lens.size(); j += 101) ASSERT_EQ(again.DocAt(j), docs[j]);
+      }
+    }
+  }
+}
+
 // Past 2^20 documents the prefix sums are built by several threads, in
 // chunks: the same index as summing the epoch's order one by one.
 TEST(TokenWindows, ChunkedBuildEqualsTheSequentialSums) {
-  std::vector<uint32_t> lens((1u << 20) + 4321);
+  std::vector<uint32_t> lens((3u << 20) + 4321);
   for (size_t i = 0; i < lens.size(); ++i) lens[i] = uint32_t(i * 2654435761u % 97);
-  for (bool shuffle : {false, true}) {
+  for (auto [shuffle, per] : {std::pair{false, 1u}, {true, 1u}, {false, 3u}, {true, 3u}}) {
     const uint32_t L = 333;
-    auto w = TokenWindows::Build(lens, L, 11, shuffle, 2, 3);
+    auto w = TokenWindows::Build(lens, L, 11, shuffle, 2, 3, per);
     std::vector<uint64_t> prefix{0};
     for (uint64_t j = 0; j < lens.size(); ++j) prefix.push_back(prefix.back() + lens[w.DocAt(j)]);
     ASSERT_EQ(w.total_tokens(), prefix.back());

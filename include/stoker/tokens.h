@@ -52,41 +52,72 @@ struct TokenPiece {
   uint32_t count = 0;
 };
 
-// One epoch's window index. Memory: 8 bytes per document (the prefix sums
-// of the token counts in the epoch's document order); nothing per window.
+// One epoch's window index. Memory: 8 bytes per block of documents (the
+// prefix sums of the blocks' token counts in the epoch's order; a block is
+// one document up to 2^24 documents, see Build); nothing per window.
 class TokenWindows {
  public:
+  // Up to this many documents, every document is its own block: the epoch's
+  // document order is one permutation of all of them.
+  static constexpr uint64_t kFullShuffleDocuments = uint64_t{1} << 24;
+  // Documents a block holds for a dataset of `documents`: 1 up to
+  // kFullShuffleDocuments, else the power of two that keeps the blocks at
+  // most kFullShuffleDocuments (64 at 10^9 documents, 1,024 at 10^10).
+  static uint32_t DocumentsPerBlock(uint64_t documents);
+
   TokenWindows() = default;
-  // `doc_tokens[d]`: document d's token count. `sequence_length` L >= 1.
-  // Shuffle off: documents in dataset order, windows in order. Shuffle on:
-  // the documents in the order of Permutation(documents, MixSeed(dataset,
-  // seed, epoch, 1)), the windows visited in the order of
-  // Permutation(windows, MixSeed(dataset, seed, epoch, 2)). There are
-  // floor((T - 1) / L) windows of T tokens (none when T <= L): the last
-  // (T - 1) mod L tokens of the epoch's concatenation are in no window of
-  // that epoch (with shuffle on, other documents end the next one).
+  // `doc_tokens[d]`: document d's token count; with more than
+  // kFullShuffleDocuments documents and shuffle on it must outlive the
+  // windows (a TokenDataset's doc_tokens(), which its loader holds).
+  // `sequence_length` L >= 1. Shuffle off: documents in dataset order,
+  // windows in order. Shuffle on: the documents form blocks of B =
+  // `documents_per_block` (0: DocumentsPerBlock(documents)) consecutive
+  // ones (the last possibly shorter); the blocks are in the order of
+  // Permutation(blocks, MixSeed(dataset, seed, epoch, 1)) and each block's
+  // documents in the order of Permutation(its size, MixSeed(that key,
+  // block)); with B = 1 that is one permutation of all documents. The
+  // windows are visited in the order of Permutation(windows, MixSeed(dataset,
+  // seed, epoch, 2)). There are floor((T - 1) / L) windows of T tokens (none
+  // when T <= L): the last (T - 1) mod L tokens of the epoch's concatenation
+  // are in no window of that epoch (with shuffle on, other documents end
+  // the next one). Cost: one pass over the counts plus one evaluation of the
+  // permutation per block, split over the machine's cores.
   static TokenWindows Build(std::span<const uint32_t> doc_tokens, uint32_t sequence_length,
-                            uint64_t dataset_id, bool shuffle, uint64_t seed, uint64_t epoch);
+                            uint64_t dataset_id, bool shuffle, uint64_t seed, uint64_t epoch,
+                            uint32_t documents_per_block = 0);
 
   uint64_t size() const { return windows_; }
   uint64_t total_tokens() const { return prefix_.empty() ? 0 : prefix_.back(); }
-  uint64_t documents() const { return prefix_.empty() ? 0 : prefix_.size() - 1; }
+  uint64_t documents() const { return documents_; }
   uint32_t sequence_length() const { return length_; }
+  uint32_t documents_per_block() const { return block_; }
   // The window at position p of the epoch's visiting order (p < size()).
   uint64_t WindowAt(uint64_t p) const { return shuffle_ ? window_order_(p) : p; }
-  // The document at index j of the epoch's document order.
-  uint64_t DocAt(uint64_t j) const { return shuffle_ ? doc_order_(j) : j; }
+  // The document at index j of the epoch's document order (j < documents()).
+  uint64_t DocAt(uint64_t j) const;
   // Appends window k's pieces (k < size()), in token order: L + 1 tokens in
-  // all, the first and last possibly parts of documents. O(log documents +
-  // pieces).
+  // all, the first and last possibly parts of documents. O(log blocks +
+  // documents per block + pieces).
   void Pieces(uint64_t k, std::vector<TokenPiece>* out) const;
 
  private:
-  std::vector<uint64_t> prefix_;  // documents + 1: tokens before the j-th document of the order
+  // The block at index q of the epoch's order, and its documents.
+  uint64_t BlockAt(uint64_t q) const { return shuffle_ ? block_order_(q) : q; }
+  uint64_t BlockSize(uint64_t b) const;
+  // The document at index r of block b's order.
+  uint64_t DocOfBlock(uint64_t b, uint64_t r) const;
+
+  std::vector<uint64_t> prefix_;  // blocks + 1: tokens before the q-th block of the order
+  std::span<const uint32_t> doc_tokens_;  // only where block_ > 1
+  uint64_t documents_ = 0;
+  uint64_t blocks_ = 0;
+  uint64_t short_at_ = 0;  // the index in the order of the last block (the short one)
   uint64_t windows_ = 0;
+  uint64_t block_key_ = 0;
   uint32_t length_ = 0;
+  uint32_t block_ = 1;
   bool shuffle_ = false;
-  Permutation doc_order_{0, 0};
+  Permutation block_order_{0, 0};
   Permutation window_order_{0, 0};
 };
 
