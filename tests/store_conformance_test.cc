@@ -1,8 +1,10 @@
 // One conformance suite run against every store backend: memory, POSIX with
 // io_uring, POSIX with the thread pool, and any store named by the
 // environment variable STOKER_TEST_STORE_URI (e.g. rados://pool/prefix; that
-// instance skips when the variable is unset). Then what only the POSIX store
-// promises (temporary files, direct I/O, errno mapping), key rules, OpenStore.
+// instance skips when the variable is unset); each also seen through every
+// decorator the tree puts in front of a store (RetryingStore, the NodeCache,
+// the MeteringStore). Then what only the POSIX store promises (temporary
+// files, direct I/O, errno mapping), key rules, OpenStore.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/filter.h>
@@ -33,6 +35,8 @@
 #include <set>
 #include <thread>
 
+#include "stoker/cache.h"
+#include "stoker/metrics.h"
 #include "stoker/retrying_store.h"
 #include "stoker/store.h"
 #include "testutil.h"
@@ -118,17 +122,43 @@ bool IoUringUsable(std::string* why) {
 
 enum class Backend { kMemory, kPosixIoUring, kPosixThreads, kEnvUri };
 
-// A backend, and whether the suite sees it through a wrapper (RetryingStore,
-// writes retried too, over StoreWrapper): a wrapper must keep every
-// behaviour and capability of what it wraps.
+// What the suite sees the backend through: nothing, or a decorator, which
+// must keep every behaviour of what it wraps (and every capability, except
+// what a decorator adds on purpose: the NodeCache's).
+enum class Wrapper {
+  kNone,
+  // RetryingStore, writes retried too: it overrides the most of any wrapper.
+  kRetrying,
+  // The node cache of a dataset without shards: every key the suite uses is
+  // one the cache passes to the store behind (its own shards are covered by
+  // cache_test), through the cache's own read queue and readers.
+  kNodeCache,
+  // metrics::MeteringStore: counts every operation, its own queue and reader.
+  kMetering,
+};
+
 struct BackendParam {
   Backend backend;
-  bool wrapped = false;
+  Wrapper wrapper = Wrapper::kNone;
+  bool wrapped() const { return wrapper != Wrapper::kNone; }
   bool operator==(Backend b) const { return backend == b; }
 };
 
 std::string BackendName(const ::testing::TestParamInfo<BackendParam>& info) {
-  const std::string w = info.param.wrapped ? "Wrapped" : "";
+  std::string w;
+  switch (info.param.wrapper) {
+    case Wrapper::kNone:
+      break;
+    case Wrapper::kRetrying:
+      w = "Wrapped";  // the name this instance had before there were others
+      break;
+    case Wrapper::kNodeCache:
+      w = "NodeCache";
+      break;
+    case Wrapper::kMetering:
+      w = "Metered";
+      break;
+  }
   switch (info.param.backend) {
     case Backend::kMemory:
       return w + "Memory";
@@ -151,14 +181,35 @@ class StoreConformance : public ::testing::TestWithParam<BackendParam> {
  protected:
   void SetUp() override {
     SetUpBackend();
-    if (store_ != nullptr && GetParam().wrapped) {
+    if (store_ != nullptr && GetParam().wrapped()) {
       capabilities_of_target_ = store_->capabilities();
       local_reads_of_target_ = store_->local_reads();
-      // A retrying wrapper that retries writes too: it overrides the most
-      // of any wrapper, and must change nothing a healthy store does.
-      RetryOptions retry;
-      retry.writes = true;
-      store_ = std::make_shared<RetryingStore>(store_, retry);
+      SetUpWrapper();
+    }
+  }
+
+  void SetUpWrapper() {
+    switch (GetParam().wrapper) {
+      case Wrapper::kNone:
+        break;
+      case Wrapper::kRetrying: {
+        // Must change nothing a healthy store does.
+        RetryOptions retry;
+        retry.writes = true;
+        store_ = std::make_shared<RetryingStore>(store_, retry);
+        break;
+      }
+      case Wrapper::kNodeCache: {
+        CacheOptions o;
+        o.dir = (tmp_.path() / "cache").string();
+        auto c = OpenNodeCache(store_, format::Manifest{}, o);
+        ASSERT_TRUE(c.ok()) << c.status().ToString();
+        store_ = *c;
+        break;
+      }
+      case Wrapper::kMetering:
+        store_ = metrics::MeteringStore(store_);
+        break;
     }
   }
 
@@ -264,15 +315,22 @@ TEST_P(StoreConformance, CreateIsExclusiveAndAtomic) {
 }
 
 TEST_P(StoreConformance, WrapperKeepsCapabilities) {
-  if (!GetParam().wrapped) {
+  if (!GetParam().wrapped()) {
     // The unwrapped backend: wrap it here, so every backend is checked.
     capabilities_of_target_ = store_->capabilities();
     local_reads_of_target_ = store_->local_reads();
     store_ = std::make_shared<StoreWrapper>(store_);
   }
   EXPECT_EQ(store_->capabilities().prefix_listing, capabilities_of_target_.prefix_listing);
-  EXPECT_EQ(store_->capabilities().mapped_reads, capabilities_of_target_.mapped_reads);
-  EXPECT_EQ(store_->local_reads(), local_reads_of_target_);
+  if (GetParam().wrapper == Wrapper::kNodeCache) {
+    // The cache's readers map its files, or a copy, whatever the store behind
+    // (ReaderMapsTheObjectWhereTheStoreCan holds it to that); local_reads
+    // follows the cache's limit and folder.
+    EXPECT_TRUE(store_->capabilities().mapped_reads);
+  } else {
+    EXPECT_EQ(store_->capabilities().mapped_reads, capabilities_of_target_.mapped_reads);
+    EXPECT_EQ(store_->local_reads(), local_reads_of_target_);
+  }
   // Deferred writes reach the backend's own deferral and its sync.
   ASSERT_OK(store_->PutObservedDeferred(K("d/a"), RandomBytes(4096, 9), [](auto) {}));
   ASSERT_OK(store_->SyncDeferred());
@@ -717,7 +775,8 @@ TEST_P(StoreConformance, WaitWithPastDeadline) {
       EXPECT_TRUE(r.status().retryable());
       EXPECT_LT(got, want);
     }
-    if (GetParam() == Backend::kMemory) {
+    if (GetParam() == Backend::kMemory && GetParam().wrapper != Wrapper::kNodeCache) {
+      // (The node cache's queue serves reads on its own threads.)
       EXPECT_TRUE(r.ok()) << "memory reads complete in Submit";
     }
   }
@@ -902,14 +961,17 @@ TEST_P(StoreConformance, ReaderMapsTheObjectWhereTheStoreCan) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, StoreConformance,
-                         ::testing::Values(BackendParam{Backend::kMemory},
-                                           BackendParam{Backend::kPosixIoUring},
-                                           BackendParam{Backend::kPosixThreads},
-                                           BackendParam{Backend::kEnvUri},
-                                           BackendParam{Backend::kMemory, true},
-                                           BackendParam{Backend::kPosixIoUring, true},
-                                           BackendParam{Backend::kPosixThreads, true},
-                                           BackendParam{Backend::kEnvUri, true}),
+                         ::testing::ValuesIn([] {
+                           std::vector<BackendParam> all;
+                           for (Wrapper w : {Wrapper::kNone, Wrapper::kRetrying,
+                                             Wrapper::kNodeCache, Wrapper::kMetering}) {
+                             for (Backend b : {Backend::kMemory, Backend::kPosixIoUring,
+                                               Backend::kPosixThreads, Backend::kEnvUri}) {
+                               all.push_back({b, w});
+                             }
+                           }
+                           return all;
+                         }()),
                          BackendName);
 
 // ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 
 #include "cache/cache_queue.h"
 #include "store/posix_internal.h"
+#include "store/store_internal.h"
 
 namespace stoker {
 namespace cache_internal {
@@ -161,6 +162,7 @@ StoreCapabilities NodeCacheImpl::capabilities() const {
 }
 
 Result<std::unique_ptr<ReadQueue>> NodeCacheImpl::NewReadQueue(const ReadQueueOptions& o) {
+  STOKER_RETURN_IF_ERROR(store_internal::ValidateQueueOptions(o));
   return std::unique_ptr<ReadQueue>(new CacheQueue(this, o.depth));
 }
 

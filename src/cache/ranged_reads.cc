@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "cache/node_cache.h"
 #include "core/file_mapping.h"
@@ -91,11 +92,51 @@ class MemoryReader final : public ObjectReader {
   std::vector<std::byte> data_;
 };
 
+// An object that is no shard, from a store behind that cannot map it (RADOS):
+// read from there, and mapped as a copy in memory, made by the first Map,
+// since the cache's readers map whatever the store behind
+// (capabilities().mapped_reads).
+class CopyMappedReader final : public ObjectReader {
+ public:
+  CopyMappedReader(std::unique_ptr<ObjectReader> target, Store* store, std::string key)
+      : target_(std::move(target)), store_(store), key_(std::move(key)) {}
+  Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
+    return target_->ReadV(offset, dsts);
+  }
+  void WillNeed(uint64_t offset, uint64_t length) override { target_->WillNeed(offset, length); }
+  void CountMapped(uint64_t bytes) override { target_->CountMapped(bytes); }
+  Result<std::span<const std::byte>> Map() override {
+    std::call_once(copied_, [&] {
+      auto all = store_->ReadAll(key_);
+      if (all.ok()) {
+        copy_ = std::move(*all);
+      } else {
+        copy_status_ = all.status();
+      }
+    });
+    if (!copy_status_.ok()) return copy_status_;
+    return std::span<const std::byte>(copy_.data(), copy_.size());
+  }
+
+ private:
+  std::unique_ptr<ObjectReader> target_;
+  Store* store_;
+  const std::string key_;
+  std::once_flag copied_;
+  Status copy_status_;
+  std::vector<std::byte> copy_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<ObjectReader>> NodeCacheImpl::OpenReader(std::string_view key) {
   const int64_t s = ShardOfKey(key);
-  if (s < 0) return target()->OpenReader(key);
+  if (s < 0) {
+    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> r, target()->OpenReader(key));
+    if (target()->capabilities().mapped_reads) return r;
+    return std::unique_ptr<ObjectReader>(
+        new CopyMappedReader(std::move(r), target(), std::string(key)));
+  }
   auto reader = OpenShardReader(uint32_t(s));
   // A rank opens each of its shards once per epoch: its read, once done
   // (see Touch).

@@ -109,7 +109,7 @@ class MemoryStore final : public Store {
   const std::string& uri() const override { return state_->uri; }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
-    if (options.depth == 0) return InvalidArgument("ReadQueueOptions::depth must be at least 1");
+    STOKER_RETURN_IF_ERROR(store_internal::ValidateQueueOptions(options));
     return std::unique_ptr<ReadQueue>(std::make_unique<MemoryReadQueue>(state_));
   }
 

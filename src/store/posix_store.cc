@@ -162,7 +162,7 @@ class PosixStore final : public Store {
   std::string engine_name() const { return engine_ == Engine::kIoUring ? "io_uring" : "threads"; }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
-    if (options.depth == 0) return InvalidArgument("ReadQueueOptions::depth must be at least 1");
+    STOKER_RETURN_IF_ERROR(store_internal::ValidateQueueOptions(options));
 #ifdef STOKER_HAVE_IO_URING
     if (engine_ == Engine::kIoUring) return posix::NewUringReadQueue(root_, options);
 #endif

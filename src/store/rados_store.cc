@@ -271,7 +271,7 @@ class RadosStore final : public Store {
   const std::string& uri() const override { return uri_; }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
-    if (options.depth == 0) return InvalidArgument("ReadQueueOptions::depth must be at least 1");
+    STOKER_RETURN_IF_ERROR(store_internal::ValidateQueueOptions(options));
     // direct_io has no meaning here: RADOS reads bypass this machine's page
     // cache anyway.
     return std::unique_ptr<ReadQueue>(std::make_unique<RadosReadQueue>(cluster_, options));

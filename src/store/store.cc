@@ -95,6 +95,11 @@ Status ValidateFolder(std::string_view folder) {
   return Status::Ok();
 }
 
+Status ValidateQueueOptions(const ReadQueueOptions& options) {
+  if (options.depth == 0) return InvalidArgument("ReadQueueOptions::depth must be at least 1");
+  return Status::Ok();
+}
+
 }  // namespace store_internal
 
 Status ValidateKey(std::string_view key) {

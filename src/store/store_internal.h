@@ -28,6 +28,11 @@ Status ValidatePrefix(std::string_view prefix);
 // InvalidArgument otherwise.
 Status ValidateFolder(std::string_view folder);
 
+// What every NewReadQueue checks of its options, the backends' and the
+// decorators' that make queues of their own (the node cache): a depth of at
+// least 1. InvalidArgument otherwise.
+Status ValidateQueueOptions(const ReadQueueOptions& options);
+
 // The end of every backend's ReadQueue::Wait, written once: `n`
 // completions were moved out (MoveCompletions); counts them off
 // `*outstanding` and returns n, or TimedOut naming `queue` when fewer than
