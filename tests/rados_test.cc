@@ -606,7 +606,11 @@ TEST_F(RadosTest, ObjectNamesArePrefixSlashKey) {
   EXPECT_EQ((*listed)[0].key, prefix + "/deeper/a/b");
   EXPECT_EQ((*listed)[0].size, 5u);
   ASSERT_OK((*s)->Remove("a/b"));
-  EXPECT_EQ(PosixEngineName(**s), "");
+  const StoreDescription d = (*s)->Describe();
+  EXPECT_EQ(d.kind, "rados");
+  EXPECT_EQ(d.location, "checkpoint");
+  EXPECT_EQ(d.prefix, prefix + "/deeper");
+  EXPECT_EQ(d.engine, "librados");
 }
 
 TEST_F(RadosTest, ObjectsLargerThanRadosAllowsAreRefused) {

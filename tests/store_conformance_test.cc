@@ -228,7 +228,7 @@ class StoreConformance : public ::testing::TestWithParam<BackendParam> {
         }
         ASSERT_TRUE(s.ok()) << s.status().ToString();
         store_ = *s;
-        ASSERT_EQ(PosixEngineName(*store_), o.posix_engine);
+        ASSERT_EQ(store_->Describe().engine, o.posix_engine);
         break;
       }
       case Backend::kEnvUri: {
@@ -1700,15 +1700,21 @@ TEST(PosixEngines, Selection) {
   o.posix_engine = "threads";
   auto t = NewPosixStore(tmp.str(), o);
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(PosixEngineName(**t), "threads");
-  // Decorators do not hide the engine.
-  EXPECT_EQ(PosixEngineName(StoreWrapper(*t)), "threads");
+  EXPECT_EQ((*t)->Describe().engine, "threads");
+  EXPECT_EQ((*t)->Describe().kind, "posix");
+  EXPECT_EQ((*t)->Describe().location, tmp.str());
+  // Decorators do not hide the backend, and say they are there.
+  const StoreDescription wrapped =
+      metrics::MeteringStore(std::make_shared<RetryingStore>(*t, RetryOptions{}))->Describe();
+  EXPECT_EQ(wrapped.engine, "threads");
+  EXPECT_EQ(wrapped.layers, (std::vector<std::string>{"metering", "retry"}));
+  EXPECT_EQ(wrapped.ToString(), "posix " + tmp.str() + " (threads) through metering, retry");
 
   o.posix_engine = "auto";
   auto a = NewPosixStore(tmp.str(), o);
   ASSERT_TRUE(a.ok());
   std::string why;
-  EXPECT_EQ(PosixEngineName(**a), IoUringUsable(&why) ? "io_uring" : "threads");
+  EXPECT_EQ((*a)->Describe().engine, IoUringUsable(&why) ? "io_uring" : "threads");
 
   // The environment overrides "auto" only.
   ::setenv("STOKER_POSIX_ENGINE", "threads", 1);
@@ -1719,14 +1725,17 @@ TEST(PosixEngines, Selection) {
   auto forced = NewPosixStore(tmp.str(), o);
   ::unsetenv("STOKER_POSIX_ENGINE");
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(PosixEngineName(**e), "threads");
+  EXPECT_EQ((*e)->Describe().engine, "threads");
   EXPECT_EQ(bogus_env.status().code(), Code::kInvalidArgument);
   EXPECT_NE(bogus_env.status().message().find("STOKER_POSIX_ENGINE"), std::string::npos);
   ASSERT_TRUE(forced.ok()) << forced.status().ToString();
 
   o.posix_engine = "fast";
   EXPECT_EQ(NewPosixStore(tmp.str(), o).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(PosixEngineName(*NewMemoryStore()), "");
+  const StoreDescription memory = NewMemoryStore("described")->Describe();
+  EXPECT_EQ(memory.kind, "memory");
+  EXPECT_EQ(memory.location, "described");
+  EXPECT_EQ(memory.engine, "");
 }
 
 // Runs in a fresh process (a death test re-executes the binary, so the cached
@@ -1753,7 +1762,8 @@ void CheckEnginesWithIoUringBlocked() {
   TempDir tmp;
   auto store = NewPosixStore(tmp.str());
   if (!store.ok()) fail("auto: " + store.status().ToString());
-  if (PosixEngineName(**store) != "threads") fail("auto chose " + PosixEngineName(**store));
+  const std::string engine = (*store)->Describe().engine;
+  if (engine != "threads") fail("auto chose " + engine);
   if (!(*store)->Put("k", Text("works")).ok()) fail("Put failed");
   std::vector<std::byte> buf(8);
   auto done = RunReads(**store, {{"k", 0, buf, 1}});
@@ -1811,7 +1821,8 @@ TEST(OpenStore, PicksTheBackendFromTheUri) {
   auto f = OpenStore(uri);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ((*f)->uri(), uri);
-  EXPECT_FALSE(PosixEngineName(**f).empty());
+  EXPECT_FALSE((*f)->Describe().engine.empty());
+  EXPECT_EQ((*f)->Describe().location, tmp.str() + "/with space");
   ASSERT_OK((*f)->Put("k", Text("v")));
   EXPECT_TRUE(fs::exists(tmp.path() / "with space" / "k"));
 

@@ -115,7 +115,8 @@ std::string Exposition(std::span<const std::pair<std::string, std::string>> labe
 // A store that counts what goes through it: stoker_store_operations_total,
 // stoker_store_read_bytes_total, stoker_store_written_bytes_total,
 // stoker_store_errors_total (by op and code), stoker_store_operation_seconds
-// (by op). Labels: backend (posix, rados, memory) and pool (RADOS; "" else).
+// (by op). Labels: backend (Store::Describe().kind: posix, rados, memory;
+// other for a store of the caller's own) and pool (RADOS; "" else).
 // It forwards every call, OpenReader and the deferred Puts included (a
 // reader it opens is metered too), and local_reads() is the target's, so
 // the loader takes the same read path through it.

@@ -68,6 +68,7 @@ class RetryingStore final : public StoreWrapper {
                              const PutObserver& see) override;
   Status Create(std::string_view key, std::span<const std::byte> data) override;
   Status CreateDeferred(std::string_view key, std::span<const std::byte> data) override;
+  StoreDescription Describe() const override { return DescribeWithLayer("retry"); }
   // Retrying changes neither where bytes come from nor what a read costs.
 
   const RetryOptions& options() const { return options_; }

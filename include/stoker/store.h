@@ -157,12 +157,38 @@ struct StoreCapabilities {
   bool mapped_reads = false;
 };
 
+// What a store is, for reports and metrics labels: its backend, where its
+// objects live, how it reads them, and the decorators in front of it. Callers
+// choose their way by capabilities(), never by this.
+struct StoreDescription {
+  // "posix", "rados" or "memory"; a store of the caller's own: "other".
+  std::string kind = "other";
+  // POSIX: the root folder; RADOS: the pool; memory: the store's name;
+  // other: its URI.
+  std::string location;
+  // RADOS: the key prefix inside the pool, without its '/' (may be empty).
+  std::string prefix;
+  // POSIX: "io_uring" or "threads", the engine in use (not the one asked
+  // for); RADOS: "librados"; otherwise empty.
+  std::string engine;
+  // The decorators in front of the backend, outermost first: "retry",
+  // "node cache DIR", "metering"...
+  std::vector<std::string> layers;
+  // One line: "posix /data/ds (io_uring) through retry, metering".
+  std::string ToString() const;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
 
   // The URI this store was opened with, for messages.
   virtual const std::string& uri() const = 0;
+
+  // What this store is (see StoreDescription). Cheap; safe from any thread.
+  // The default: kind "other", location uri(). A decorator forwards its
+  // target's (StoreWrapper) and may add its layer in front.
+  virtual StoreDescription Describe() const;
 
   // A new read queue. Cheap; one per reading thread.
   virtual Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) = 0;
@@ -283,6 +309,7 @@ class StoreWrapper : public Store {
  public:
   explicit StoreWrapper(std::shared_ptr<Store> target) : target_(std::move(target)) {}
   const std::string& uri() const override { return target_->uri(); }
+  StoreDescription Describe() const override { return target_->Describe(); }
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override {
     return target_->NewReadQueue(o);
   }
@@ -325,6 +352,15 @@ class StoreWrapper : public Store {
     return target_->RemoveEmptyFolder(f, idle);
   }
   Store* target() const { return target_.get(); }
+
+ protected:
+  // The target's description with `layer` in front of its layers: what a
+  // decorator's Describe() returns.
+  StoreDescription DescribeWithLayer(std::string layer) const {
+    StoreDescription d = target_->Describe();
+    d.layers.insert(d.layers.begin(), std::move(layer));
+    return d;
+  }
 
  private:
   std::shared_ptr<Store> target_;
@@ -382,10 +418,6 @@ Result<std::shared_ptr<Store>> OpenStore(std::string_view uri, const StoreOption
 // Backend constructors, for code that wants one directly.
 Result<std::shared_ptr<Store>> NewPosixStore(std::string root, const StoreOptions& options = {});
 std::shared_ptr<Store> NewMemoryStore(std::string name = "");
-
-// Which engine a POSIX store actually uses ("io_uring" or "threads"), for
-// reports; empty for other backends.
-std::string PosixEngineName(const Store& store);
 
 // Checks a key against the rules above; InvalidArgument naming the key if bad.
 Status ValidateKey(std::string_view key);

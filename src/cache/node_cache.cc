@@ -225,6 +225,9 @@ class UncachedNodeCache final : public NodeCache {
     return s;
   }
   const std::string& dataset_dir() const override { return dir_; }
+  StoreDescription Describe() const override {
+    return DescribeWithLayer("node cache " + dir_ + " (off)");
+  }
 
  private:
   std::string dir_;

@@ -44,6 +44,9 @@ class NodeCacheImpl final : public NodeCache {
   // Shards are served whole from the cache folder, or (OpenReader) in
   // ranges from a cache file once the node has fetched them whole.
   StoreCapabilities capabilities() const override;
+  StoreDescription Describe() const override {
+    return DescribeWithLayer("node cache " + files_.dir());
+  }
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override;
   Result<size_t> Read(std::string_view key, uint64_t offset, std::span<std::byte> dst) override;
   Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override;

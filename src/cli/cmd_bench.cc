@@ -134,7 +134,7 @@ void RegisterBench(CLI::App& app, Action* action) {
       extra["shared_batches"] = st.shared_batches;
       extra["epoch_samples_per_s"] = epoch_rates;
       extra["data_wait_seconds"] = std::chrono::duration<double>(st.wait_time).count();
-      extra["engine"] = PosixEngineName(*store);
+      extra["engine"] = store->Describe().engine;
       extra["read_unit"] = std::string(l->read_unit());
       extra["remote_bytes"] = st.remote_bytes;
       if (!args->flags.options.cache_dir.empty()) {

@@ -82,6 +82,7 @@ class LoaderImpl final : public Loader {
   Status Init();
   // Before Init: why the decode device cannot decode (DeliveryDevice).
   void set_decode_path(std::string p) { decode_path_ = std::move(p); }
+  void set_cache(std::shared_ptr<NodeCache> cache) { cache_ = std::move(cache); }
   const Manifest& manifest() const override { return manifest_; }
   const LoaderOptions& options() const override { return options_; }
   Status StartEpoch(uint64_t epoch, uint64_t position) override;
@@ -111,6 +112,8 @@ class LoaderImpl final : public Loader {
   const std::shared_ptr<LoaderCounters> counters_;
   const int device_;  // -1: host delivery
   std::shared_ptr<Store> store_;
+  // store_ itself when the loader reads through the node cache, else null.
+  std::shared_ptr<NodeCache> cache_;
   const Manifest manifest_;
   const LoaderOptions options_;
   const std::vector<ColumnSpec> columns_;
@@ -266,9 +269,7 @@ Status LoaderImpl::StartEpoch(uint64_t epoch, uint64_t position) {
   const PlanOptions po = PlanOptionsOf(options_);
   STOKER_ASSIGN_OR_RETURN(EpochPlan plan,
                           EpochPlan::Make(manifest_.Id64(), shard_samples_, po, epoch, position));
-  if (auto* cache = dynamic_cast<NodeCache*>(store_.get())) {
-    STOKER_RETURN_IF_ERROR(cache->BeginEpoch(po, epoch, position));
-  }
+  if (cache_) STOKER_RETURN_IF_ERROR(cache_->BeginEpoch(po, epoch, position));
   auto e = std::make_unique<Epoch>(std::move(plan));
   e->schedule = BuildSchedule(e->plan);
   STOKER_ASSIGN_OR_RETURN(e->memory, SizeMemory(e->schedule));
@@ -369,8 +370,8 @@ LoaderStats LoaderImpl::stats() const {
   s.shared_batches = get(c.shared_batches);
   s.peak_buffer_bytes = shard_pool_->peak_bytes() + batch_pool_->peak_bytes();
   s.remote_bytes = s.bytes_read;
-  if (auto* cache = dynamic_cast<const NodeCache*>(store_.get())) {
-    const CacheStats cs = cache->stats();
+  if (cache_) {
+    const CacheStats cs = cache_->stats();
     s.remote_bytes = cs.uncached ? s.bytes_read : cs.remote_bytes;
     s.cache_bytes = cs.cache_bytes;
     s.cache_hits = cs.hits;
@@ -490,6 +491,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
   if (options.sequence_length > 0) {  // token windows (token_loader.h)
     return OpenTokenLoader(std::move(store), std::move(manifest), options, std::move(counters));
   }
+  std::shared_ptr<NodeCache> cache;
   if (!options.cache_dir.empty()) {  // the node cache, in front of the retries
     CacheOptions co;
     co.dir = options.cache_dir;
@@ -497,7 +499,8 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
     co.policy = options.cache_policy;
     co.ranks_per_node = options.ranks_per_node;
     co.fallback_uncached = options.cache_fallback;
-    STOKER_ASSIGN_OR_RETURN(store, OpenNodeCache(std::move(store), manifest, co));
+    STOKER_ASSIGN_OR_RETURN(cache, OpenNodeCache(std::move(store), manifest, co));
+    store = cache;
   }
 
   std::vector<ColumnSpec> columns;
@@ -542,6 +545,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
       std::make_unique<LoaderImpl>(std::move(counters), std::move(store), std::move(manifest),
                                    options, std::move(columns), std::move(fields), device);
   impl->set_decode_path(std::move(decode_unavailable));
+  impl->set_cache(std::move(cache));
   STOKER_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Loader>(std::move(impl));
 }

@@ -8,16 +8,6 @@
 namespace stoker::metrics {
 namespace {
 
-// (backend, pool) of a store URI: rados://POOL/..., mem://..., else POSIX.
-std::pair<std::string, std::string> BackendOf(std::string_view uri) {
-  if (uri.starts_with("rados://")) {
-    std::string_view rest = uri.substr(8);
-    return {"rados", std::string(rest.substr(0, rest.find_first_of("/?")))};
-  }
-  if (uri.starts_with("mem://")) return {"memory", ""};
-  return {"posix", ""};
-}
-
 // Reads through a queue: latency from Submit to the completion being
 // reaped. The queue is used by one thread (ReadQueue's contract), so the map
 // of requests in flight needs no lock.
@@ -90,6 +80,8 @@ class MeteringStoreImpl final : public StoreWrapper {
  public:
   MeteringStoreImpl(std::shared_ptr<Store> target, std::shared_ptr<StoreCounters> c)
       : StoreWrapper(std::move(target)), c_(std::move(c)) {}
+
+  StoreDescription Describe() const override { return DescribeWithLayer("metering"); }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override {
     auto q = target()->NewReadQueue(o);
@@ -185,8 +177,9 @@ class MeteringStoreImpl final : public StoreWrapper {
 }  // namespace
 
 std::shared_ptr<Store> MeteringStore(std::shared_ptr<Store> target) {
-  auto [backend, pool] = BackendOf(target->uri());
-  auto counters = Registry::Get().Store(backend, pool);
+  // Labelled by the backend (and RADOS pool) behind any decorators.
+  const StoreDescription d = target->Describe();
+  auto counters = Registry::Get().Store(d.kind, d.kind == "rados" ? d.location : "");
   return std::make_shared<MeteringStoreImpl>(std::move(target), std::move(counters));
 }
 

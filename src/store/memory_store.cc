@@ -107,6 +107,12 @@ class MemoryStore final : public Store {
   explicit MemoryStore(std::string uri) : state_(std::make_shared<MemoryState>(std::move(uri))) {}
 
   const std::string& uri() const override { return state_->uri; }
+  StoreDescription Describe() const override {
+    StoreDescription d;
+    d.kind = "memory";
+    d.location = state_->uri.substr(std::string_view("mem://").size());
+    return d;
+  }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
     STOKER_RETURN_IF_ERROR(store_internal::ValidateQueueOptions(options));

@@ -159,7 +159,13 @@ class PosixStore final : public Store {
   PosixStore& operator=(const PosixStore&) = delete;
 
   const std::string& uri() const override { return uri_; }
-  std::string engine_name() const { return engine_ == Engine::kIoUring ? "io_uring" : "threads"; }
+  StoreDescription Describe() const override {
+    StoreDescription d;
+    d.kind = "posix";
+    d.location = root_;
+    d.engine = engine_ == Engine::kIoUring ? "io_uring" : "threads";
+    return d;
+  }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
     STOKER_RETURN_IF_ERROR(store_internal::ValidateQueueOptions(options));
@@ -643,16 +649,6 @@ Result<std::shared_ptr<Store>> NewPosixStoreForUri(std::string root, std::string
 Result<std::shared_ptr<Store>> NewPosixStore(std::string root, const StoreOptions& options) {
   std::string uri = root;
   return store_internal::NewPosixStoreForUri(std::move(root), std::move(uri), options);
-}
-
-std::string PosixEngineName(const Store& store) {
-  const Store* s = &store;
-  while (const auto* wrapper = dynamic_cast<const StoreWrapper*>(s)) {
-    s = wrapper->target();
-    if (s == nullptr) return "";
-  }
-  if (const auto* p = dynamic_cast<const PosixStore*>(s)) return p->engine_name();
-  return "";
 }
 
 }  // namespace stoker

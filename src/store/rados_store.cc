@@ -269,6 +269,16 @@ class RadosStore final : public Store {
       : cluster_(std::move(cluster)), uri_(std::move(uri)) {}
 
   const std::string& uri() const override { return uri_; }
+  StoreDescription Describe() const override {
+    StoreDescription d;
+    d.kind = "rados";
+    d.location = cluster_->pool;
+    d.prefix = cluster_->prefix.empty()
+                   ? ""
+                   : cluster_->prefix.substr(0, cluster_->prefix.size() - 1);  // "PREFIX/"
+    d.engine = "librados";
+    return d;
+  }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& options) override {
     STOKER_RETURN_IF_ERROR(store_internal::ValidateQueueOptions(options));

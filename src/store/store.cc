@@ -190,6 +190,20 @@ Status Store::PutObserved(std::string_view key, std::span<const std::byte> data,
   return Put(key, data);
 }
 
+StoreDescription Store::Describe() const {
+  StoreDescription d;
+  d.location = uri();
+  return d;
+}
+
+std::string StoreDescription::ToString() const {
+  std::string out = kind + " " + location;
+  if (!prefix.empty()) out += "/" + prefix;
+  if (!engine.empty()) out += " (" + engine + ")";
+  for (size_t i = 0; i < layers.size(); ++i) out += (i == 0 ? " through " : ", ") + layers[i];
+  return out;
+}
+
 Result<std::vector<std::string>> Store::ListKeys(std::string_view prefix) {
   STOKER_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, List(prefix));
   std::vector<std::string> keys;
