@@ -36,7 +36,8 @@ prepare() {
   set -e
   ex=$(git rev-parse --git-path info/exclude); grep -qx '/.gpu-carry/' "$ex" 2>/dev/null || echo '/.gpu-carry/' >>"$ex"
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSTOKER_WITH_CUDA=ON \
-    -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_BUILD_TESTS=ON >/dev/null
+    -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_BUILD_TESTS=ON \
+    -DSTOKER_BUILD_PROBES=ON >/dev/null
   cmake --build build-gpu -j"$(nproc)" --target stoker gpu_test loader_test pagecache_dma_probe \
     copy_paths_probe gpu_decode_test
   rm -rf "$carry"
@@ -53,7 +54,7 @@ prepare() {
   bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry"/bin/*
   # ICU's data (31 MB, needed through libarchive -> libxml2) travels
   # compressed, 7.5 MB, so the carry fits the device tool's 64 MiB; `run`
-  # (and scripts/gpu/wave.sh) unpack it.
+  # (and scripts/gpu/run.sh) unpack it.
   for big in "$carry"/lib/libicudata.so.*; do
     [[ -f $big && $big != *.xz ]] && xz -T2 -6 -f "$big"
   done

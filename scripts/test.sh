@@ -15,7 +15,8 @@ scripts/install-deps.sh --all
 # GPU): the GPU code is compiled and its tests skip, saying why.
 cuda=OFF
 [[ -x /usr/local/cuda/bin/nvcc ]] && cuda=ON
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_BUILD_TESTS=ON \
+# The probes of bench/*.cc too, so that they keep compiling.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTOKER_BUILD_TESTS=ON -DSTOKER_BUILD_PROBES=ON \
   -DSTOKER_WITH_RADOS=ON -DSTOKER_WITH_PYTHON=ON -DSTOKER_WITH_MPI=ON -DSTOKER_WITH_CUDA="$cuda"
 cmake --build build -j"$(nproc)"
 
