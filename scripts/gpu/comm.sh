@@ -165,7 +165,7 @@ run() {
   } 2>&1 | tee "$out/machine.txt"
   if [[ ! -x $stoker ]]; then
     echo "comm.sh: no $stoker: run 'scripts/gpu/comm.sh prepare' on the build machine (or" \
-      "scripts/gpu/wave.sh, which copies .gpu-carry) and carry $carry"
+      "scripts/gpu/run.sh comm, which copies .gpu-carry) and carry $carry"
     return 1
   fi
   find_nccl
