@@ -2,7 +2,8 @@
 // to and from the C++ state trees of stoker/checkpoint.h (EncodeState,
 // LoadState). Only type translation lives here: which Python objects map to
 // which StateValue, and tensors <-> buffers; naming, ties, the document and
-// the load's checks are C++'s. Part of the _stoker module (stoker_ext.cc).
+// the load's checks are C++'s. Part of the _stoker module (stoker_ext.cc);
+// EncodePyState is ckpt_state.cc, LoadPyState ckpt_load.cc.
 //
 // Thread safety: called with the GIL held; LoadPyState releases it while
 // C++ reads (through `run`) and takes it again for the plan of load(into=).

@@ -4,7 +4,8 @@
 //   batches.cc         batches as numpy arrays over the batch buffer, or
 //                      DLPack arrays over its device copy
 //   loader_binding.cc  _Loader, decode options, pack, inspect, verify
-//   ckpt_binding.cc    _Checkpointer; saved states through ckpt_state.cc
+//   ckpt_binding.cc    _Checkpointer; saved states through ckpt_state.cc (save)
+//                      and ckpt_load.cc (load)
 //   metrics_binding.cc stoker.metrics' C++ side
 //   here               the option structs, rank discovery, the module
 //
