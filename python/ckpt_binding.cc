@@ -76,7 +76,8 @@ py::dict CheckpointManifestDict(const CheckpointManifest& m) {
   d["created_unix_ms"] = m.created_unix_ms;
   d["world_size"] = m.world_size;
   d["attempt"] = m.attempt;
-  d["metadata_json"] = m.metadata_json;
+  d["metadata_json"] = m.metadata_json;  // the user's, out of the envelope (C++'s)
+  d["step"] = m.step ? py::object(py::int_(*m.step)) : py::object(py::none());
   d["bytes"] = m.bytes();
   d["tensors"] = m.tensor_count();
   d["ranks"] = ranks;
@@ -250,6 +251,11 @@ class CheckpointerHandle {
   std::string ClaimName() {
     return Unwrap(Run([](Checkpointer& c) { return c.ClaimName(); }));
   }
+  // The name a save goes under: CheckpointNameFor (the given one, the
+  // step's, or one claimed).
+  std::string NameFor(const std::string& name, const SaveOptions& options) {
+    return Unwrap(Run([&](Checkpointer& c) { return CheckpointNameFor(c, name, options); }));
+  }
 
   void Remove(const std::string& name) {
     Check(Run([&](Checkpointer& c) { return c.Remove(name); }));
@@ -327,6 +333,7 @@ void BindCheckpoints(py::module_& m) {
       .def_readwrite("keep_last", &SaveOptions::keep_last)
       .def_readwrite("attempt", &SaveOptions::attempt)
       .def_readwrite("wait_for_commit", &SaveOptions::wait_for_commit)
+      .def_readwrite("step", &SaveOptions::step)
       .def_property(
           "commit_timeout_s",
           [](const SaveOptions& o) { return o.commit_timeout.count() / 1000.0; },
@@ -382,25 +389,42 @@ void BindCheckpoints(py::module_& m) {
       .def("list", &CheckpointerHandle::List)
       .def("latest", &CheckpointerHandle::Latest)
       .def("claim_name", &CheckpointerHandle::ClaimName)
+      .def("name_for", &CheckpointerHandle::NameFor, py::arg("name"), py::arg("options"))
       .def("remove", &CheckpointerHandle::Remove, py::arg("name"))
       .def("close", &CheckpointerHandle::Close)
       .def("abandon", &CheckpointerHandle::Abandon)
       .def_property_readonly("uri", &CheckpointerHandle::uri);
   m.def(
       "_set_device_staging",
-      [](CheckpointerOptions& o, const std::string& mode, std::optional<uint64_t> ring_bytes) {
-        if (mode == "snapshot") {
+      [](CheckpointerOptions& o, std::optional<std::string> mode,
+         std::optional<uint64_t> ring_bytes) {
+        if (!mode) {
+          // None: CheckpointerOptions' default
+        } else if (*mode == "snapshot") {
           o.device_staging = CheckpointerOptions::DeviceStaging::kSnapshot;
-        } else if (mode == "bounded") {
+        } else if (*mode == "bounded") {
           o.device_staging = CheckpointerOptions::DeviceStaging::kBounded;
         } else {
-          throw py::value_error("device_staging must be 'snapshot' or 'bounded', not '" + mode +
+          throw py::value_error("device_staging must be 'snapshot' or 'bounded', not '" + *mode +
                                 "'");
         }
         if (ring_bytes) o.staging_ring_bytes = *ring_bytes;
       },
-      py::arg("options"), py::arg("mode"), py::arg("ring_bytes") = py::none(),
-      "CheckpointerOptions::device_staging and staging_ring_bytes (docs/checkpoint.md §9).");
+      py::arg("options"), py::arg("mode") = py::none(), py::arg("ring_bytes") = py::none(),
+      "CheckpointerOptions::device_staging and staging_ring_bytes (docs/checkpoint.md §9); "
+      "None keeps the default.");
+  // Read back (stoker.Checkpointer's options, against C++'s defaults).
+  auto options = py::reinterpret_borrow<py::class_<CheckpointerOptions>>(
+      m.attr("_CheckpointerOptions"));
+  options.def_readonly("staging_ring_bytes", &CheckpointerOptions::staging_ring_bytes)
+      .def_property_readonly("device_staging", [](const CheckpointerOptions& o) {
+        return o.device_staging == CheckpointerOptions::DeviceStaging::kBounded ? "bounded"
+                                                                                : "snapshot";
+      });
+  m.def("step_checkpoint_name", &StepCheckpointName, py::arg("step"),
+        "The name of training step `step`'s checkpoint: 'step-%012d' (StepCheckpointName).");
+  m.def("parse_step_checkpoint_name", &ParseStepCheckpointName, py::arg("name"),
+        "The step of a name step_checkpoint_name made, else None.");
   m.def(
       "_validate_checkpoint_name",
       [](std::string_view name) { Check(ValidateCheckpointName(name)); }, py::arg("name"));

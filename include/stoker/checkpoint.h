@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -150,8 +151,15 @@ struct SaveOptions {
   // checksum per chunk, no layouts: tensors with a layout are refused).
   // Default: kCheckpointFormat.
   uint32_t format_version = kCheckpointFormat;
-  // User metadata: a JSON object, stored in the manifest. Default: {}.
+  // User metadata: a JSON object, stored in the manifest with the step
+  // (docs/checkpoint.md §2.1: {"step": N or null, "user": {...}}) and read
+  // back as CheckpointManifest::metadata_json. Default: {}.
   std::string metadata_json = "{}";
+  // The training step this checkpoint is of, stored in the manifest
+  // (CheckpointManifest::step). A Save or SaveAsync with an empty name goes
+  // under StepCheckpointName(step), the same name on every rank. Default:
+  // none.
+  std::optional<uint64_t> step;
   // Keep the newest K committed checkpoints under the root and remove older
   // ones after a commit (rank 0), found in the root's index without a
   // listing (docs/checkpoint.md §7). Default: 0 = keep all.
@@ -291,7 +299,11 @@ struct CheckpointManifest {
   int64_t created_unix_ms = 0;
   uint32_t world_size = 1;
   std::string attempt;
+  // SaveOptions::metadata_json and SaveOptions::step, as saved. A manifest
+  // written before the metadata had its envelope (docs/checkpoint.md §2.1)
+  // is all user metadata, its step that object's "step" if an unsigned.
   std::string metadata_json = "{}";
+  std::optional<uint64_t> step;
   std::vector<RankPart> ranks;  // by rank, 0 .. world_size-1
   uint64_t bytes() const;
   size_t tensor_count() const;
@@ -380,8 +392,9 @@ class Checkpointer {
   virtual const std::string& uri() const = 0;
 
   // Saves and returns when done (see SaveOptions::wait_for_commit). `name`
-  // matches [A-Za-z0-9][A-Za-z0-9._-]{0,127}; a name already committed is
-  // AlreadyExists. Tensor names are unique, 1..1024 bytes of UTF-8 without
+  // matches [A-Za-z0-9][A-Za-z0-9._-]{0,127}, or is empty when
+  // SaveOptions::step is set (StepCheckpointName(step)); a name already
+  // committed is AlreadyExists. Tensor names are unique, 1..1024 bytes of UTF-8 without
   // control characters, and never used as object keys.
   virtual Status Save(std::string_view name, std::span<const TensorRef> tensors,
                       const SaveOptions& options) = 0;
@@ -439,6 +452,20 @@ std::unique_ptr<Checkpointer> NewCheckpointer(std::shared_ptr<Store> store,
 
 // Checks a checkpoint name (InvalidArgument naming what is wrong).
 Status ValidateCheckpointName(std::string_view name);
+
+// The name of the checkpoint of training step `step`: "step-" and the step
+// in decimal, zero-padded to 12 digits ("step-000000001200"; more digits
+// past 10^12). ParseStepCheckpointName is its inverse: the step of a name it
+// made, nullopt for any other name ("step-12", "step-0000000012x").
+std::string StepCheckpointName(uint64_t step);
+std::optional<uint64_t> ParseStepCheckpointName(std::string_view name);
+
+// The name a save goes under (what stoker.save does): `name` when not empty
+// (checked), else StepCheckpointName of options.step, else, for a save by
+// one rank, a new c.ClaimName(). A save by several ranks with neither is
+// InvalidArgument: every rank must save under the same name.
+Result<std::string> CheckpointNameFor(Checkpointer& c, std::string_view name,
+                                      const SaveOptions& options);
 
 // ---- Saved states: nested structures by key path ---------------------------
 //

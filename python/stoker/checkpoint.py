@@ -13,8 +13,8 @@ document (docs/checkpoint.md §8: dicts with any keys, OrderedDicts, lists,
 tuples, None, bool, int, float, complex, str, bytes, torch dtypes, devices
 and Sizes, numpy arrays and scalars), which `stoker ckpt show` prints; tensor
 names are the dotted key paths. Walking the state, the names, the document
-and every check are C++'s (python/ckpt_state.cc over EncodeState and
-LoadState in stoker/checkpoint.h): this module converts arguments. The
+and every check are C++'s (python/ckpt_state.cc and ckpt_load.cc over EncodeState
+and LoadState in stoker/checkpoint.h): this module converts arguments. The
 module keeps one Checkpointer per root (release() closes them); at exit
 pending saves are waited for, and a failure nobody asked about is printed
 on stderr. Errors are stoker errors (stoker.errors) with the C++ message.
@@ -248,18 +248,19 @@ class Checkpointer:
         into CUDA memory read through (default 256 MiB).
     """
 
-    def __init__(self, uri, *, io_threads=None, write_retries=None, store=None, direct_io=True,
-                 device_staging="snapshot", staging_ring_bytes=None):
+    def __init__(self, uri, *, io_threads=None, write_retries=None, store=None, direct_io=None,
+                 device_staging=None, staging_ring_bytes=None):
         self._impl = None  # so close() and __repr__ work if a check below raises
         uri = _path("uri", uri)
-        o = _stoker._CheckpointerOptions()
+        o = self._options = _stoker._CheckpointerOptions()  # None: C++'s default
         if io_threads is not None:
             o.io_threads = _int("io_threads", io_threads, 1, 4096)
         if write_retries is not None:
             o.write_retries = _int("write_retries", write_retries, 0, 1000)
         _store_options(store, o.store)
-        o.store.direct_writes = o.direct_reads = _bool("direct_io", direct_io)
-        if not isinstance(device_staging, str):
+        if direct_io is not None:
+            o.store.direct_writes = o.direct_reads = _bool("direct_io", direct_io)
+        if device_staging is not None and not isinstance(device_staging, str):
             raise TypeError(f"device_staging must be a str, not {type(device_staging).__name__}")
         _stoker._set_device_staging(
             o, device_staging,
@@ -273,37 +274,24 @@ class Checkpointer:
         return self._impl  # which raises in a forked child
 
     def save(self, state_dict, name=None, *, step=None, async_=False, metadata=None,
-             keep_last=None, rank=None, world_size=None, chunk_bytes=None, attempt="",
-             commit_timeout=600.0):
+             keep_last=None, rank=None, world_size=None, chunk_bytes=None, attempt=None,
+             commit_timeout=None):
         """Saves `state_dict` as checkpoint `name`; see stoker.save."""
         impl = self._c()
-        rank, world_size, where = _rank_world(rank, world_size, _MAX_RANKS)
-        if step is not None:
-            step = _int("step", step, 0, _U64)
-        metadata = {} if metadata is None else metadata
-        if not isinstance(metadata, collections.abc.Mapping):
-            raise TypeError(f"metadata must be a dict, not {type(metadata).__name__}")
-        try:
-            metadata_json = json.dumps({"step": step, "user": dict(metadata)}, allow_nan=False,
-                                       separators=(",", ":"))
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"metadata must be JSON-serialisable (it goes in the manifest): "
-                            f"{e}") from None
-        if not isinstance(attempt, str):
-            raise TypeError(f"attempt must be a str, not {type(attempt).__name__}")
-        options = _stoker._SaveOptions(  # fields not set keep SaveOptions' defaults
-            rank=rank, world_size=world_size, metadata_json=metadata_json, attempt=attempt,
-            keep_last=0 if keep_last is None else _int("keep_last", keep_last, 1),
-            commit_timeout_s=_seconds("commit_timeout", commit_timeout))
-        if chunk_bytes is not None:
-            options.chunk_bytes = _int("chunk_bytes", chunk_bytes, 1, _U64)
+        options = self._save_options(step=step, metadata=metadata, keep_last=keep_last, rank=rank,
+                                     world_size=world_size, chunk_bytes=chunk_bytes,
+                                     attempt=attempt, commit_timeout=commit_timeout)
         async_ = _bool("async_", async_)
         # The metered checkpointer in C++ counts the save; its stall and
         # seconds start here, so the walk and GPU-to-host copies are in them.
         started = time.monotonic_ns()
         state = _stoker._encode_state(state_dict)
-        with self._lock:
-            name = self._name(impl, name, step, world_size, where)
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError(f"name must be a str, not {type(name).__name__}")
+            _stoker._validate_checkpoint_name(name)  # "" too
+        with self._lock:  # the given name, the step's, or ckpt-N claimed (CheckpointNameFor)
+            name = impl.name_for(name or "", options)
         with _stoker._CheckpointSaveStarted(started):
             if async_:
                 handle = impl.save_state_async(name, state, options)
@@ -313,18 +301,36 @@ class Checkpointer:
             return SaveHandle(handle, name, self.uri, keep=state if state.on_device else None)
         return name
 
-    def _name(self, impl, name, step, world_size, where):
-        if name is not None:
-            if not isinstance(name, str):
-                raise TypeError(f"name must be a str, not {type(name).__name__}")
-            _stoker._validate_checkpoint_name(name)
-            return name
+    @staticmethod
+    def _save_options(step=None, metadata=None, keep_last=None, rank=None, world_size=None,
+                      chunk_bytes=None, attempt=None, commit_timeout=None):
+        """save()'s arguments as a _SaveOptions; those left None keep C++'s default."""
+        rank, world_size, _ = _rank_world(rank, world_size, _MAX_RANKS)
         if step is not None:
-            return f"step-{step:012d}"
-        if world_size > 1:
-            raise ValueError(f"a save by {world_size} ranks{where} needs name= or step=, so "
-                             "that every rank saves under the same name")
-        return impl.claim_name()  # ckpt-N, claimed atomically under the root
+            step = _int("step", step, 0, _U64)
+        options = _stoker._SaveOptions(rank=rank, world_size=world_size, step=step)
+        # Fields left None keep SaveOptions' defaults (include/stoker/checkpoint.h);
+        # the manifest's envelope around the metadata ({"step", "user"}) is C++'s.
+        if metadata is not None:
+            if not isinstance(metadata, collections.abc.Mapping):
+                raise TypeError(f"metadata must be a dict, not {type(metadata).__name__}")
+            try:
+                options.metadata_json = json.dumps(dict(metadata), allow_nan=False,
+                                                   separators=(",", ":"))
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"metadata must be JSON-serialisable (it goes in the manifest): "
+                                f"{e}") from None
+        if attempt is not None:
+            if not isinstance(attempt, str):
+                raise TypeError(f"attempt must be a str, not {type(attempt).__name__}")
+            options.attempt = attempt
+        if keep_last is not None:
+            options.keep_last = _int("keep_last", keep_last, 1)
+        if commit_timeout is not None:
+            options.commit_timeout_s = _seconds("commit_timeout", commit_timeout)
+        if chunk_bytes is not None:
+            options.chunk_bytes = _int("chunk_bytes", chunk_bytes, 1, _U64)
+        return options
 
     def load(self, name=None, *, rank=None, world_size=None, all_ranks=False,
              map_location=None, into=None):
@@ -360,9 +366,7 @@ class Checkpointer:
         metadata (the dict given to save), ranks (each with its tensors' names,
         dtypes, shapes and bytes)."""
         m = self._c().read_manifest("latest" if name is None else name)
-        meta = json.loads(m.pop("metadata_json"))
-        m["step"] = meta.get("step") if isinstance(meta, dict) else None
-        m["metadata"] = meta.get("user", meta) if isinstance(meta, dict) else meta
+        m["metadata"] = json.loads(m.pop("metadata_json"))  # step and metadata: C++'s reading
         return m
 
     def remove(self, name):

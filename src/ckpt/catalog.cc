@@ -208,6 +208,7 @@ Status Catalog::Commit(const std::string& name, uint64_t sequence, std::vector<R
   m.world_size = o.world_size;
   m.attempt = o.attempt;
   m.metadata_json = o.metadata_json;
+  m.step = o.step;
   m.ranks = std::move(parts);
   m.sequence = sequence;
   const std::string encoded = EncodeCheckpointManifest(m);

@@ -154,8 +154,9 @@ class CheckpointerImpl final : public Checkpointer {
 
   const std::string& uri() const override { return store_->uri(); }
 
-  Status Save(std::string_view name, std::span<const TensorRef> tensors,
+  Status Save(std::string_view given, std::span<const TensorRef> tensors,
               const SaveOptions& options) override {
+    const std::string name = NameOf(given, options);
     STOKER_RETURN_IF_ERROR(CheckSave(name, tensors, options));
     STOKER_ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Coordinator> coordinator,
                             Choose(name, options, /*background=*/false));
@@ -179,8 +180,9 @@ class CheckpointerImpl final : public Checkpointer {
     return s;
   }
 
-  Result<SaveHandle> SaveAsync(std::string_view name, std::span<const TensorRef> tensors,
+  Result<SaveHandle> SaveAsync(std::string_view given, std::span<const TensorRef> tensors,
                                const SaveOptions& options) override {
+    const std::string name = NameOf(given, options);
     STOKER_RETURN_IF_ERROR(CheckSave(name, tensors, options));
     STOKER_ASSIGN_OR_RETURN(std::shared_ptr<ckpt::Coordinator> coordinator,
                             Choose(name, options, /*background=*/true));
@@ -285,6 +287,11 @@ class CheckpointerImpl final : public Checkpointer {
       }
     }
     background_.reset();
+  }
+
+  // An empty name with a step is the step's (SaveOptions::step).
+  static std::string NameOf(std::string_view name, const SaveOptions& o) {
+    return name.empty() && o.step ? StepCheckpointName(*o.step) : std::string(name);
   }
 
   // Arguments, before anything is written or copied.
@@ -412,6 +419,21 @@ Result<std::unique_ptr<Checkpointer>> OpenCheckpointer(std::string_view uri,
                                                        const CheckpointerOptions& options) {
   STOKER_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, OpenStore(uri, options.store));
   return NewCheckpointer(std::move(store), options);
+}
+
+Result<std::string> CheckpointNameFor(Checkpointer& c, std::string_view name,
+                                      const SaveOptions& options) {
+  if (!name.empty()) {
+    STOKER_RETURN_IF_ERROR(ValidateCheckpointName(name));
+    return std::string(name);
+  }
+  if (options.step) return StepCheckpointName(*options.step);
+  if (options.world_size > 1) {
+    return InvalidArgument("a save by " + std::to_string(options.world_size) +
+                           " ranks needs a name or a step, so that every rank saves under the "
+                           "same name");
+  }
+  return c.ClaimName();  // ckpt-N, claimed atomically under the root
 }
 
 }  // namespace stoker

@@ -44,6 +44,8 @@ constexpr std::array<DTypeEntry, 17> kDTypes{{
     {DType::kFloat8E5M2, "float8_e5m2", 1},
 }};
 
+constexpr std::string_view kStepNamePrefix = "step-";  // StepCheckpointName
+
 }  // namespace
 
 std::string_view DTypeName(DType t) {
@@ -85,6 +87,28 @@ Status ValidateCheckpointName(std::string_view name) {
   }
   if (name == ckpt::kLatestKey) return bad("'latest' is the pointer's own name");
   return Status::Ok();
+}
+
+std::string StepCheckpointName(uint64_t step) {
+  char digits[24];
+  std::snprintf(digits, sizeof digits, "%012llu", static_cast<unsigned long long>(step));
+  return std::string(kStepNamePrefix) + digits;
+}
+
+std::optional<uint64_t> ParseStepCheckpointName(std::string_view name) {
+  if (!name.starts_with(kStepNamePrefix)) return std::nullopt;
+  const std::string_view digits = name.substr(kStepNamePrefix.size());
+  if (digits.size() < 12 || digits.size() > 20) return std::nullopt;
+  uint64_t step = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const uint64_t d = uint64_t(c - '0');
+    if (step > (UINT64_MAX - d) / 10) return std::nullopt;
+    step = step * 10 + d;
+  }
+  // One spelling per step: no zeros beyond the padding.
+  if (StepCheckpointName(step) != name) return std::nullopt;
+  return step;
 }
 
 uint64_t CheckpointManifest::bytes() const {
@@ -462,6 +486,44 @@ Result<PartRecord> DecodePart(std::span<const std::byte> data, std::string_view 
   return p;
 }
 
+namespace {
+
+// The manifest's `metadata` (docs/checkpoint.md §2.1): {"step": N or null,
+// "user": the caller's object}, in that order (the bytes stoker.save wrote
+// before the envelope moved into C++).
+ojson MetadataEnvelope(const CheckpointManifest& m) {
+  ojson envelope = ojson::object();
+  envelope["step"] = m.step ? ojson(*m.step) : ojson(nullptr);
+  envelope["user"] = ojson::parse(m.metadata_json, nullptr, /*allow_exceptions=*/false);
+  return envelope;
+}
+
+// Its inverse. An object that is not an envelope (written by the C++ API
+// before it had one) is the user's metadata as a whole, and its step that
+// object's "step" where that is an unsigned integer (as stoker's Python
+// package read such manifests).
+void ReadMetadataEnvelope(const ojson& metadata, CheckpointManifest* m) {
+  m->step.reset();
+  if (!metadata.is_object()) {
+    m->metadata_json = Dump(metadata);
+    return;
+  }
+  bool envelope = metadata.contains("user") && metadata.at("user").is_object();
+  for (const auto& [key, value] : metadata.items()) {
+    if (key == "step") {
+      envelope = envelope && (value.is_null() || value.is_number_unsigned());
+    } else if (key != "user") {
+      envelope = false;
+    }
+  }
+  m->metadata_json = Dump(envelope ? metadata.at("user") : metadata);
+  if (metadata.contains("step") && metadata.at("step").is_number_unsigned()) {
+    m->step = metadata.at("step").get<uint64_t>();
+  }
+}
+
+}  // namespace
+
 std::string EncodeCheckpointManifest(const CheckpointManifest& m) {
   const uint32_t version =
       VersionFor(m.ranks, m.format_version == 0 ? kCheckpointFormatVersion : m.format_version);
@@ -473,7 +535,7 @@ std::string EncodeCheckpointManifest(const CheckpointManifest& m) {
   j["created_unix_ms"] = m.created_unix_ms;
   j["world_size"] = m.world_size;
   j["attempt"] = m.attempt;
-  j["metadata"] = ojson::parse(m.metadata_json, nullptr, /*allow_exceptions=*/false);
+  j["metadata"] = MetadataEnvelope(m);
   auto& ranks = j["ranks"] = ojson::array();
   for (const RankPart& r : m.ranks) ranks.push_back(RankBody(r));
   return EncodeFramed(kManifestFrame, version, Dump(j));
@@ -504,9 +566,11 @@ Result<CheckpointManifest> DecodeCheckpointManifest(std::span<const std::byte> d
     // the order they wrote, e.g. a state dict's).
     std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
     ojson o = ojson::parse(text.substr(text.find('\n') + 1), nullptr, /*allow_exceptions=*/false);
-    m.metadata_json = o.is_object() && o.contains("metadata")
-                          ? Dump(o["metadata"])
-                          : v->dump(-1, ' ', false, json::error_handler_t::replace);
+    ReadMetadataEnvelope(o.is_object() && o.contains("metadata")
+                             ? o["metadata"]
+                             : ojson::parse(v->dump(-1, ' ', false, json::error_handler_t::replace),
+                                            nullptr, /*allow_exceptions=*/false),
+                         &m);
   }
   const json* ranks;
   STOKER_RETURN_IF_ERROR(c.GetArray(root, "ranks", "ranks", &ranks));

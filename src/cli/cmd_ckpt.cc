@@ -161,6 +161,7 @@ int Show(Checkpointer& c, const std::string& name, bool as_json) {
     j["created_unix_ms"] = m->created_unix_ms;
     j["world_size"] = m->world_size;
     j["bytes"] = m->bytes();
+    j["step"] = m->step ? nlohmann::ordered_json(*m->step) : nlohmann::ordered_json(nullptr);
     j["metadata"] = nlohmann::ordered_json::parse(m->metadata_json, nullptr, false);
     auto& tensors = j["tensors"] = nlohmann::ordered_json::array();
     for (const RankPart& r : m->ranks) {
@@ -187,6 +188,7 @@ int Show(Checkpointer& c, const std::string& name, bool as_json) {
   std::printf("ranks       %u\n", m->world_size);
   std::printf("size        %s in %zu tensors, %zu chunks\n", HumanBytes(double(m->bytes())).c_str(),
               m->tensor_count(), chunks);
+  if (m->step) std::printf("step        %llu\n", (unsigned long long)*m->step);
   std::printf("metadata    %.200s%s\n", m->metadata_json.c_str(),
               m->metadata_json.size() > 200 ? "..." : "");
   std::printf("\n%-5s %-40s %-10s %-20s %s\n", "RANK", "TENSOR", "DTYPE", "SHAPE", "SIZE");

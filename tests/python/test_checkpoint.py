@@ -559,7 +559,7 @@ def test_bad_uris_and_options(tmp_path):
     root = str(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="rank 2 must be below world_size 2"):
         stoker.save({}, root, rank=2, world_size=2)
-    with pytest.raises(ValueError, match="needs name= or step="):
+    with pytest.raises(ValueError, match="needs a name or a step"):
         stoker.save({}, root, rank=0, world_size=2)
     with pytest.raises(ValueError, match="keep_last"):
         stoker.save({}, root, keep_last=0)
