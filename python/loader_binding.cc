@@ -115,6 +115,10 @@ class LoaderHandle {
   void StartEpoch(uint64_t epoch, uint64_t position) {
     Check(Locked([&](Loader& l) { return l.StartEpoch(epoch, position); }));
   }
+  // Loader::Prefetch: `epoch` read ahead, kept for the next StartEpoch of it.
+  void Prefetch(uint64_t epoch) {
+    Check(Locked([&](Loader& l) { return l.Prefetch(epoch); }));
+  }
 
   uint64_t NumBatches() {
     return Locked([](Loader& l) { return l.num_batches(); });
@@ -475,6 +479,7 @@ void BindLoader(py::module_& m) {
            py::arg("signed_ids"), py::arg("from_dlpack") = py::none(),
            py::arg("widen_unsigned") = false)
       .def("start_epoch", &LoaderHandle::StartEpoch, py::arg("epoch"), py::arg("position"))
+      .def("prefetch", &LoaderHandle::Prefetch, py::arg("epoch"))
       .def("num_batches", &LoaderHandle::NumBatches)
       .def("epoch_positions", &LoaderHandle::EpochPositions)
       .def("batches_from", &LoaderHandle::BatchesFrom, py::arg("epoch"), py::arg("position"))

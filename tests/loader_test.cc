@@ -226,6 +226,64 @@ TEST(LoaderTest, ResumeSkipsConsumedShardsWithoutReadingThem) {
   EXPECT_EQ((*l)->stats().shards_read, want);
 }
 
+// Waits (up to a minute: a condition, not a timing) until `l` has read more
+// than `shards` shards.
+bool ReadMoreThan(const Loader& l, uint64_t shards) {
+  const auto deadline = Clock::now() + std::chrono::minutes(1);
+  while (l.stats().shards_read <= shards) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Loader::Prefetch: the next epoch's reads start at once, and its
+// StartEpoch keeps them: with a read done before StartEpoch, a restart
+// would read that shard twice.
+TEST(LoaderPrefetch, TheNextEpochsStartEpochKeepsWhatWasReadAhead) {
+  Fixture f(200, 2, 2000, 4000, 16 << 10);
+  const uint64_t shards = f.manifest.shards.size();
+  auto opened = Loader::Open(f.uri, Opts(10));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Loader& l = **opened;
+  // Open's start is kept the same way.
+  ASSERT_TRUE(ReadMoreThan(l, 0));
+  ASSERT_TRUE(l.StartEpoch(0, 0).ok());
+  const std::vector<uint64_t> epoch0 = ReadEpochChecked(l, f);
+  EXPECT_EQ(l.stats().shards_read, shards);
+
+  ASSERT_TRUE(l.Prefetch(1).ok());
+  ASSERT_TRUE(ReadMoreThan(l, shards)) << "Prefetch(1) read nothing";
+  EXPECT_EQ(l.state().epoch, 1u);
+  ASSERT_TRUE(l.StartEpoch(1, 0).ok());
+  ASSERT_TRUE(l.StartEpoch(1, 0).ok());  // still untouched: kept again
+  EXPECT_EQ(l.num_batches(), 20u);
+  const std::vector<uint64_t> epoch1 = ReadEpochChecked(l, f);
+  EXPECT_EQ(l.stats().shards_read, 2 * shards) << "a shard of epoch 1 was read twice";
+  EXPECT_NE(epoch1, epoch0);
+  LoaderOptions fresh = Opts(10);
+  fresh.start = {1, 0};
+  auto other = Loader::Open(f.uri, fresh);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(ReadEpochChecked(**other, f), epoch1) << "the kept epoch is epoch 1, in order";
+
+  // Another epoch or position than the one read ahead starts over.
+  ASSERT_TRUE(l.Prefetch(2).ok());
+  ASSERT_TRUE(l.StartEpoch(2, 100).ok());
+  auto b = l.Next();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->index(), 10u);
+  // A Next() ends the keeping: the StartEpoch after it starts from the top.
+  ASSERT_TRUE(l.Prefetch(3).ok());
+  ASSERT_TRUE(l.Next().ok());
+  ASSERT_TRUE(l.Next().ok());
+  ASSERT_TRUE(l.StartEpoch(3, 0).ok());
+  b = l.Next();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->epoch(), 3u);
+  EXPECT_EQ(b->index(), 0u);
+}
+
 TEST(LoaderTest, EpochsDifferAndRepeat) {
   Fixture f(120, 3, 1, 3000, 16 << 10);
   auto a = Loader::Open(f.uri, Opts(10));

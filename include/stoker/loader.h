@@ -456,6 +456,18 @@ class Loader {
   virtual Status StartEpoch(uint64_t epoch, uint64_t position = 0) = 0;
   Status Resume(const LoaderState& s) { return StartEpoch(s.epoch, s.position); }
 
+  // Reads ahead for `epoch`: starts it from its beginning in the background
+  // as StartEpoch(epoch) does (what is left of the current epoch is
+  // dropped), and keeps it for the StartEpoch that follows: a
+  // StartEpoch(epoch, 0) before any Next() finds its first batches read
+  // instead of starting over. Meant for the end of an epoch (Next() said
+  // OutOfRange), so that whatever the caller does between epochs
+  // (evaluation, a checkpoint) overlaps the next one's first reads. Open's
+  // start is kept the same way for the StartEpoch of that same epoch and
+  // position. A Next() ends the keeping: a StartEpoch after it starts over.
+  // Errors: those StartEpoch gives.
+  virtual Status Prefetch(uint64_t epoch) = 0;
+
   // The next batch of the epoch; OutOfRange once the epoch is over (then
   // StartEpoch(epoch + 1) goes on). Blocks until the batch is ready.
   virtual Result<Batch> Next() = 0;

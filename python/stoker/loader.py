@@ -365,7 +365,7 @@ class _Forked:
             "it (its worker threads do not exist here). Create the Loader in the process "
             "that iterates it; with torch's DataLoader use num_workers=0.")
 
-    next = start_epoch = num_batches = state = stats = set_output = _fail
+    next = start_epoch = prefetch = num_batches = state = stats = set_output = _fail
 
     def close(self):
         pass
@@ -489,14 +489,14 @@ class Loader:
     dataset at ``uri``, and the matching stoker error for anything else.
     """
 
-    def __init__(self, uri, batch_size, *, shuffle=True, seed=0, rank=None, world_size=None,
-                 drop_last=False, decode=None, fields=None, format="numpy", threads=None,
+    def __init__(self, uri, batch_size, *, shuffle=None, seed=None, rank=None, world_size=None,
+                 drop_last=None, decode=None, fields=None, format="numpy", threads=None,
                  reads_in_flight=None, memory_budget=None, prefetch=None, shuffle_window=None,
-                 read_retries=None, read_timeout=None, direct_io=False, store=None,
-                 device=None, device_memory_budget=0, read_unit="auto", cache=None,
-                 cache_bytes=0, cache_policy="planned", ranks_per_node=0, node_affinity=False,
-                 ragged="padded", sequence_length=0, sequence_dtype="int64",
-                 sequence_positions=False, sequence_field=None, sequence_verify=True):
+                 read_retries=None, read_timeout=None, direct_io=None, store=None,
+                 device=None, device_memory_budget=None, read_unit=None, cache=None,
+                 cache_bytes=None, cache_policy=None, ranks_per_node=None, node_affinity=None,
+                 ragged=None, sequence_length=None, sequence_dtype=None,
+                 sequence_positions=None, sequence_field=None, sequence_verify=None):
         self._impl = None  # so close() and __repr__ work if a check below raises
         if not isinstance(uri, (str, os.PathLike)):
             raise TypeError(f"uri must be a str or path, not {type(uri).__name__}")
@@ -504,21 +504,31 @@ class Loader:
         if not uri:
             raise ValueError("uri is empty")
         # Options left None keep LoaderOptions' defaults (include/stoker/loader.h).
-        o = _stoker._LoaderOptions()
+        o = self._options = _stoker._LoaderOptions()
         o.batch_size = self.batch_size = _int("batch_size", batch_size, 1)
-        o.shuffle = self.shuffle = _bool("shuffle", shuffle)
-        o.seed = self.seed = _int("seed", seed, 0, _U64)
-        o.drop_last = self.drop_last = _bool("drop_last", drop_last)
         for field, name, value, check, *limits in (
+                ("shuffle", "shuffle", shuffle, _bool),
+                ("seed", "seed", seed, _int, 0, _U64),
+                ("drop_last", "drop_last", drop_last, _bool),
                 ("shuffle_window_shards", "shuffle_window", shuffle_window, _int, 1),
                 ("reads_in_flight", "reads_in_flight", reads_in_flight, _int, 0),
                 ("memory_budget", "memory_budget", memory_budget, _int, 0, _U64),
                 ("prefetch_batches", "prefetch", prefetch, _int, 0),
                 ("threads", "threads", threads, _int, 0, 4096),
                 ("read_retries", "read_retries", read_retries, _int, 0),
-                ("read_timeout_s", "read_timeout", read_timeout, _seconds)):
+                ("read_timeout_s", "read_timeout", read_timeout, _seconds),
+                ("direct_io", "direct_io", direct_io, _bool),
+                ("device_memory_budget", "device_memory_budget", device_memory_budget, _int, 0,
+                 _U64),
+                ("cache_bytes", "cache_bytes", cache_bytes, _int, 0, _U64),
+                ("ranks_per_node", "ranks_per_node", ranks_per_node, _int, 0),
+                ("node_affinity", "node_affinity", node_affinity, _bool),
+                ("sequence_length", "sequence_length", sequence_length, _int, 0, _U32),
+                ("sequence_positions", "sequence_positions", sequence_positions, _bool),
+                ("sequence_verify", "sequence_verify", sequence_verify, _bool)):
             if value is not None:
                 setattr(o, field, check(name, value, *limits))
+        self.shuffle, self.seed, self.drop_last = o.shuffle, o.seed, o.drop_last
         o.rank, o.world_size, _ = _rank_world(rank, world_size)
         self.rank, self.world_size = o.rank, o.world_size
         o.decode = _decode_options(decode)[3]
@@ -553,41 +563,43 @@ class Loader:
         self.device = device or None
         self.format = format
         _store_options(store, o.store)
-        if read_unit not in ("auto", "shard", "sample", "map"):
-            raise ValueError(
-                f"read_unit must be 'auto', 'shard', 'sample' or 'map', got {read_unit!r}")
+        if read_unit is not None:
+            if read_unit not in ("auto", "shard", "sample", "map"):
+                raise ValueError(
+                    f"read_unit must be 'auto', 'shard', 'sample' or 'map', got {read_unit!r}")
+            o.read_unit = read_unit
         # The node cache (a folder on local disk shared by the node's ranks
         # and jobs; see include/stoker/cache.h). cache_bytes 0 = the disk's
         # free space less 5%.
-        cache = "" if cache is None else os.fspath(cache)
-        if cache_policy not in ("planned", "lru"):
-            raise ValueError(f"cache_policy must be 'planned' or 'lru', got {cache_policy!r}")
-
-        o.fields, o.device, o.read_unit, o.cache_dir, o.cache_policy = \
-            fields or [], device, read_unit, cache, cache_policy
-        o.direct_io = _bool("direct_io", direct_io)
-        o.device_memory_budget = _int("device_memory_budget", device_memory_budget, 0, _U64)
-        o.cache_bytes = _int("cache_bytes", cache_bytes, 0, _U64)
-        o.ranks_per_node = _int("ranks_per_node", ranks_per_node, 0)
-        o.node_affinity = _bool("node_affinity", node_affinity)
-        if not isinstance(ragged, str):
-            raise TypeError(f"ragged must be 'padded' or 'offsets', not {type(ragged).__name__}")
-        o.ragged = self.ragged = ragged  # its value is checked by C++
+        if cache is not None:
+            o.cache_dir = os.fspath(cache)
+        if cache_policy is not None:
+            if cache_policy not in ("planned", "lru"):
+                raise ValueError(f"cache_policy must be 'planned' or 'lru', got {cache_policy!r}")
+            o.cache_policy = cache_policy
+        if fields is not None:
+            o.fields = fields
+        o.device = device
+        if ragged is not None:
+            if not isinstance(ragged, str):
+                raise TypeError(f"ragged must be 'padded' or 'offsets', not "
+                                f"{type(ragged).__name__}")
+            o.ragged = ragged  # its value is checked by C++
+        self.ragged = o.ragged
         # Token windows (LoaderOptions::sequence_length): batch["tokens"] is
         # (batch_size, L + 1); positions count windows.
-        o.sequence_length = self.sequence_length = _int("sequence_length", sequence_length, 0,
-                                                        _U32)
-        o.sequence_dtype = str(sequence_dtype)  # "int64" or "int32", checked by C++
-        o.sequence_positions = _bool("sequence_positions", sequence_positions)
-        o.sequence_field = "" if sequence_field is None else str(sequence_field)
-        o.sequence_verify = _bool("sequence_verify", sequence_verify)
+        self.sequence_length = o.sequence_length
+        if sequence_dtype is not None:
+            o.sequence_dtype = str(sequence_dtype)  # "int64" or "int32", checked by C++
+        if sequence_field is not None:
+            o.sequence_field = str(sequence_field)
         self._impl = _stoker._Loader(uri, o)
         self.uri = uri
         self.read_unit = self._impl.read_unit  # what "auto" chose
         self.info = self._impl.info  # what stoker.inspect(uri) says about the dataset
         delivered = fields or [f["name"] for f in self.info["fields"]]
         # Keys stoker adds: the metadata, and each variable array's index.
-        suffix = "_lengths" if ragged == "padded" else "_offsets"
+        suffix = "_lengths" if o.ragged == "padded" else "_offsets"
         added = list(_METADATA_KEYS) + [
             f["name"] + suffix for f in self.info["fields"]
             if f["name"] in delivered and None in f.get("shape", ())]
@@ -611,17 +623,14 @@ class Loader:
         self._started = False    # an iter() of _epoch began since set_epoch/load_state_dict
         self._iter_start = 0     # the position the latest iter() started at
         self._final = None       # (epoch, position) once that iteration ended
-        self._ready = (0, 0)     # (epoch, position) C++ is reading ahead for, untouched; or None
         self._generation = 0     # bumps at each iter(); older iterators are dead
         _live_loaders.add(self)
 
     # -- iteration --
 
     def __iter__(self):
-        target = (self._epoch, self._resume)
-        if self._ready != target:
-            self._impl.start_epoch(*target)
-        self._ready = None
+        # Keeps what C++ read ahead when it is this epoch (Loader::Prefetch, Open).
+        self._impl.start_epoch(self._epoch, self._resume)
         self._started = True
         self._iter_start = self._resume
         self._resume = 0
@@ -631,13 +640,11 @@ class Loader:
 
     def _epoch_ended(self):
         self._final = self._impl.state()
-        # Read ahead for the epoch that most likely comes next.
-        following = (self._final[0] + 1, 0)
+        # Read ahead for the epoch that most likely comes next (Loader::Prefetch).
         try:
-            self._impl.start_epoch(*following)
-            self._ready = following
+            self._impl.prefetch(self._final[0] + 1)
         except Exception:  # noqa: BLE001 -- a failure is reported again by the next iter()
-            self._ready = None
+            pass
 
     def __len__(self):
         return self._batches_from(0)

@@ -49,6 +49,41 @@ def _source(i, item):
     return s
 
 
+def _options(batch_size, sequence_length, *, seed=None, shuffle=None, rank=None,
+             world_size=None, schedule=None, dtype=None, positions=None, verify=None,
+             prefetch=None, store=None):
+    """Mix's arguments as a _MixOptions; those left None keep MixOptions' defaults
+    (include/stoker/mix.h)."""
+    o = _stoker._MixOptions()
+    o.batch_size = int(batch_size)
+    o.sequence_length = int(sequence_length)
+    if seed is not None:
+        o.seed = int(seed)
+    if shuffle is not None:
+        o.shuffle = bool(shuffle)
+    o.rank, o.world_size, _ = _rank_world(rank, world_size)
+    if dtype is not None:
+        o.sequence_dtype = dtype
+    if positions is not None:
+        o.sequence_positions = bool(positions)
+    if verify is not None:
+        o.sequence_verify = bool(verify)
+    if prefetch is not None:
+        o.prefetch_batches = int(prefetch)
+    points = []
+    for entry in schedule or ():
+        step, weights = entry
+        p = _stoker._MixSchedulePoint()
+        p.step = int(step)
+        p.weights = [float(w) for w in weights]
+        if any(math.isnan(w) for w in p.weights):
+            raise ValueError(f"schedule point at step {step}: a weight is NaN")
+        points.append(p)
+    o.schedule = points
+    _store_options(store, o.store)
+    return o
+
+
 class Mix:
     """Iterable of this rank's part of each step's global batch (never ends).
 
@@ -71,33 +106,16 @@ class Mix:
     each window), "sample_ids" (the window's number in its source's epoch).
     """
 
-    def __init__(self, sources, batch_size, sequence_length, *, seed=0, shuffle=True, rank=None,
-                 world_size=None, schedule=None, dtype="int64", positions=False, verify=True,
-                 format="numpy", prefetch=4, store=None, state=None):
+    def __init__(self, sources, batch_size, sequence_length, *, seed=None, shuffle=None,
+                 rank=None, world_size=None, schedule=None, dtype=None, positions=None,
+                 verify=None, format="numpy", prefetch=None, store=None, state=None):
         if isinstance(sources, (str, bytes)) or not isinstance(sources, collections.abc.Iterable):
             raise TypeError("sources must be a list of (uri, weight)")
         specs = [_source(i, item) for i, item in enumerate(sources)]
-        o = _stoker._MixOptions()
-        o.batch_size = int(batch_size)
-        o.sequence_length = int(sequence_length)
-        o.seed = int(seed)
-        o.shuffle = bool(shuffle)
-        o.rank, o.world_size, _ = _rank_world(rank, world_size)
-        o.sequence_dtype = dtype
-        o.sequence_positions = bool(positions)
-        o.sequence_verify = bool(verify)
-        o.prefetch_batches = int(prefetch)
-        points = []
-        for entry in schedule or ():
-            step, weights = entry
-            p = _stoker._MixSchedulePoint()
-            p.step = int(step)
-            p.weights = [float(w) for w in weights]
-            if any(math.isnan(w) for w in p.weights):
-                raise ValueError(f"schedule point at step {step}: a weight is NaN")
-            points.append(p)
-        o.schedule = points
-        _store_options(store, o.store)
+        o = self._options = _options(batch_size, sequence_length, seed=seed, shuffle=shuffle,
+                                     rank=rank, world_size=world_size, schedule=schedule,
+                                     dtype=dtype, positions=positions, verify=verify,
+                                     prefetch=prefetch, store=store)
         if format not in ("numpy", "torch"):
             raise ValueError(f"format must be 'numpy' or 'torch', got {format!r}")
         if state is not None and not isinstance(state, collections.abc.Mapping):

@@ -86,6 +86,7 @@ class LoaderImpl final : public Loader {
   const Manifest& manifest() const override { return manifest_; }
   const LoaderOptions& options() const override { return options_; }
   Status StartEpoch(uint64_t epoch, uint64_t position) override;
+  Status Prefetch(uint64_t epoch) override;
   Result<Batch> Next() override;
   uint64_t num_batches() const override { return epoch_ ? epoch_->plan.num_batches() : 0; }
   Result<uint64_t> BatchesFrom(uint64_t epoch, uint64_t position) const override;
@@ -137,6 +138,9 @@ class LoaderImpl final : public Loader {
   std::unique_ptr<GpuDecode> gpu_decode_;
   std::string decode_path_;
   std::unique_ptr<Epoch> epoch_;
+  // epoch_ was started by Prefetch (or Open) and no Next() came since: a
+  // StartEpoch of the same epoch and position keeps it.
+  bool ahead_ = false;
   LoaderState last_state_;
 };
 
@@ -235,7 +239,9 @@ Status LoaderImpl::Init() {
   if (decode_path_.empty() && !options_.decode.field.empty()) decode_path_ = "cpu";
   STOKER_RETURN_IF_ERROR(
       CheckResumeState(options_.start, manifest_, options_).WithContext(store_->uri()));
-  return StartEpoch(options_.start.epoch, options_.start.position);
+  STOKER_RETURN_IF_ERROR(StartEpoch(options_.start.epoch, options_.start.position));
+  ahead_ = true;  // kept for a StartEpoch of the same start (Prefetch)
+  return Status::Ok();
 }
 
 Result<MemoryPlan> LoaderImpl::SizeMemory(const Schedule& schedule) const {
@@ -264,7 +270,18 @@ Result<uint64_t> LoaderImpl::BatchesFrom(uint64_t epoch, uint64_t position) cons
   return plan.num_batches();
 }
 
+Status LoaderImpl::Prefetch(uint64_t epoch) {
+  STOKER_RETURN_IF_ERROR(StartEpoch(epoch, 0));
+  ahead_ = true;
+  return Status::Ok();
+}
+
 Status LoaderImpl::StartEpoch(uint64_t epoch, uint64_t position) {
+  if (ahead_ && epoch_ && epoch_->plan.epoch() == epoch &&
+      epoch_->plan.start_position() == position && epoch_->next_consume == 0) {
+    return Status::Ok();  // read ahead by Prefetch (or Open), untouched: kept
+  }
+  ahead_ = false;
   epoch_.reset();
   const PlanOptions po = PlanOptionsOf(options_);
   STOKER_ASSIGN_OR_RETURN(EpochPlan plan,
@@ -320,6 +337,7 @@ void LoaderImpl::StartStages(Epoch& e) {
 }
 
 Result<Batch> LoaderImpl::Next() {
+  ahead_ = false;  // consumed: a StartEpoch now starts over
   if (!epoch_) return InvalidArgument("no epoch started (the last StartEpoch failed)");
   Epoch& e = *epoch_;
   if (!e.failed.ok()) return e.failed;

@@ -124,6 +124,17 @@ class TokenLoader final : public Loader {
   const format::Manifest& manifest() const override { return ds_->manifest(); }
   const LoaderOptions& options() const override { return options_; }
   Status StartEpoch(uint64_t epoch, uint64_t position) override;
+  Status Prefetch(uint64_t epoch) override {
+    STOKER_RETURN_IF_ERROR(StartEpoch(epoch, 0));
+    ahead_ = true;
+    return Status::Ok();
+  }
+  // Open's start: kept for a StartEpoch of the same start (Prefetch).
+  Status Begin(uint64_t epoch, uint64_t position) {
+    STOKER_RETURN_IF_ERROR(StartEpoch(epoch, position));
+    ahead_ = true;
+    return Status::Ok();
+  }
   Result<Batch> Next() override;
   uint64_t num_batches() const override { return num_batches_; }
   Result<uint64_t> BatchesFrom(uint64_t epoch, uint64_t position) const override;
@@ -150,6 +161,9 @@ class TokenLoader final : public Loader {
   bool have_windows_ = false;
   uint64_t windows_epoch_ = 0;  // the epoch windows_ was built for
   uint64_t epoch_ = 0, start_ = 0, rank_windows_ = 0, num_batches_ = 0;
+  // The producer runs an epoch started by Prefetch (or Open) and no Next()
+  // came since: a StartEpoch of the same epoch and position keeps it.
+  bool ahead_ = false;
   LoaderState last_state_;
 
   std::mutex mu_;
@@ -193,6 +207,11 @@ Result<uint64_t> TokenLoader::BatchesFrom(uint64_t /*epoch*/, uint64_t position)
 }
 
 Status TokenLoader::StartEpoch(uint64_t epoch, uint64_t position) {
+  if (ahead_ && producer_.joinable() && epoch_ == epoch && start_ == position && next_ == 0 &&
+      failed_.ok()) {
+    return Status::Ok();  // read ahead, untouched: kept
+  }
+  ahead_ = false;
   Stop();
   // Until this epoch starts, Next() reports why it did not.
   num_batches_ = 0;
@@ -274,6 +293,7 @@ void TokenLoader::Produce() {
 }
 
 Result<Batch> TokenLoader::Next() {
+  ahead_ = false;  // consumed: a StartEpoch now starts over
   if (!failed_.ok()) return failed_;
   if (next_ >= num_batches_) return OutOfRange("end of epoch " + std::to_string(epoch_));
   const auto t0 = Clock::now();
@@ -326,7 +346,7 @@ Result<std::unique_ptr<Loader>> OpenTokenLoader(std::shared_ptr<Store> store,
   STOKER_RETURN_IF_ERROR(
       CheckResumeState(options.start, ds->manifest(), options).WithContext(ds->store().uri()));
   auto loader = std::make_unique<TokenLoader>(std::move(counters), std::move(ds), options, dtype);
-  STOKER_RETURN_IF_ERROR(loader->StartEpoch(options.start.epoch, options.start.position));
+  STOKER_RETURN_IF_ERROR(loader->Begin(options.start.epoch, options.start.position));
   return std::unique_ptr<Loader>(std::move(loader));
 }
 

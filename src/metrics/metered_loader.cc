@@ -30,6 +30,7 @@ class MeteredLoader final : public Loader {
   Status StartEpoch(uint64_t epoch, uint64_t position) override {
     return target_->StartEpoch(epoch, position);
   }
+  Status Prefetch(uint64_t epoch) override { return target_->Prefetch(epoch); }
 
   Result<Batch> Next() override {
     const auto begin = Clock::now();
