@@ -236,9 +236,9 @@ class CountingStore final : public StoreWrapper {
   std::atomic<uint64_t> chunk_bytes_read{0};
 
  private:
-  class Queue final : public ReadQueue {
+  class Queue final : public ReadQueueWrapper {
    public:
-    Queue(std::unique_ptr<ReadQueue> q, CountingStore* s) : q_(std::move(q)), s_(s) {}
+    Queue(std::unique_ptr<ReadQueue> q, CountingStore* s) : ReadQueueWrapper(std::move(q)), s_(s) {}
     // Tags are swapped for our own, to tell chunk reads from the rest.
     Status Submit(std::span<const ReadRequest> r) override {
       std::vector<ReadRequest> mine(r.begin(), r.end());
@@ -246,11 +246,11 @@ class CountingStore final : public StoreWrapper {
         inflight_.emplace(next_, std::make_pair(x.tag, x.key.ends_with(".chunk")));
         x.tag = next_++;
       }
-      return q_->Submit(mine);
+      return target()->Submit(mine);
     }
     Result<size_t> Wait(size_t min, Deadline d, std::vector<ReadCompletion>* out) override {
       const size_t before = out->size();
-      auto r = q_->Wait(min, d, out);
+      auto r = target()->Wait(min, d, out);
       for (size_t i = before; i < out->size(); ++i) {
         ReadCompletion& c = (*out)[i];
         auto it = inflight_.find(c.tag);
@@ -261,10 +261,8 @@ class CountingStore final : public StoreWrapper {
       }
       return r;
     }
-    size_t Outstanding() const override { return q_->Outstanding(); }
 
    private:
-    std::unique_ptr<ReadQueue> q_;
     CountingStore* s_;
     std::unordered_map<uint64_t, std::pair<uint64_t, bool>> inflight_;  // ours -> (theirs, chunk)
     uint64_t next_ = 0;

@@ -1693,6 +1693,59 @@ TEST(PosixEngines, AgreeOnEveryOutcome) {
   }
 }
 
+// The forwarding bases of a decorator's readers and queues pass every call
+// on: one that overrides nothing keeps mapped reads, readahead hints and the
+// counting of mapped loads.
+TEST(StoreWrappers, ReaderAndQueueWrappersForwardEveryCall) {
+  struct Recorder final : ObjectReader {
+    explicit Recorder(std::vector<std::string>* c) : calls(c) {}
+    Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
+      calls->push_back("ReadV " + std::to_string(offset) + " " + std::to_string(dsts.size()));
+      return size_t{3};
+    }
+    void WillNeed(uint64_t offset, uint64_t length) override {
+      calls->push_back("WillNeed " + std::to_string(offset) + " " + std::to_string(length));
+    }
+    Result<std::span<const std::byte>> Map() override {
+      calls->push_back("Map");
+      return std::span<const std::byte>(bytes);
+    }
+    void CountMapped(uint64_t n) override { calls->push_back("CountMapped " + std::to_string(n)); }
+    std::vector<std::string>* calls;
+    std::vector<std::byte> bytes = std::vector<std::byte>(10, std::byte{7});
+  };
+  std::vector<std::string> calls;
+  auto recorder = std::make_unique<Recorder>(&calls);
+  const std::byte* mapped = recorder->bytes.data();
+  ObjectReaderWrapper reader(std::move(recorder));
+  std::vector<std::byte> buf(4);
+  const std::span<std::byte> one[] = {buf};
+  EXPECT_EQ(*reader.ReadV(5, one), 3u);
+  reader.WillNeed(1, 2);
+  auto m = reader.Map();
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->data(), mapped);
+  reader.CountMapped(9);
+  EXPECT_EQ(calls, (std::vector<std::string>{"ReadV 5 1", "WillNeed 1 2", "Map", "CountMapped 9"}));
+
+  auto store = NewMemoryStore("queue-wrapper");
+  ASSERT_OK(store->Put("k", Text("hello")));
+  auto q = store->NewReadQueue({});
+  ASSERT_TRUE(q.ok());
+  ReadQueueWrapper queue(std::move(*q));
+  std::vector<std::byte> dst(8);
+  const ReadRequest r{"k", 1, dst, 42};
+  ASSERT_OK(queue.Submit({&r, 1}));
+  EXPECT_EQ(queue.Outstanding(), 1u);
+  std::vector<ReadCompletion> out;
+  auto n = queue.Wait(1, Far(), &out);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].tag, 42u);
+  EXPECT_EQ(out[0].bytes, 4u);
+  EXPECT_EQ(queue.Outstanding(), 0u);
+}
+
 TEST(PosixEngines, Selection) {
   TempDir tmp;
   ::unsetenv("STOKER_POSIX_ENGINE");

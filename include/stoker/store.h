@@ -134,6 +134,45 @@ class ObjectReader {
   virtual void CountMapped(uint64_t bytes) { (void)bytes; }
 };
 
+// Forwards every call to another queue, so that a decorator's queue
+// (metering, latency) overrides only what it changes. Thread safety: as the
+// queue it wraps (one thread at a time).
+class ReadQueueWrapper : public ReadQueue {
+ public:
+  explicit ReadQueueWrapper(std::unique_ptr<ReadQueue> target) : target_(std::move(target)) {}
+  Status Submit(std::span<const ReadRequest> requests) override {
+    return target_->Submit(requests);
+  }
+  Result<size_t> Wait(size_t min_completions, Deadline deadline,
+                      std::vector<ReadCompletion>* out) override {
+    return target_->Wait(min_completions, deadline, out);
+  }
+  size_t Outstanding() const override { return target_->Outstanding(); }
+  ReadQueue* target() const { return target_.get(); }
+
+ private:
+  std::unique_ptr<ReadQueue> target_;
+};
+
+// Forwards every call to another reader (ReadV, WillNeed, Map, CountMapped),
+// so that a decorator's reader (metering, retry) overrides only what it
+// changes and keeps mapped reads, readahead and the counting of mapped
+// loads. Thread safety: as the reader it wraps (any thread).
+class ObjectReaderWrapper : public ObjectReader {
+ public:
+  explicit ObjectReaderWrapper(std::unique_ptr<ObjectReader> target) : target_(std::move(target)) {}
+  Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
+    return target_->ReadV(offset, dsts);
+  }
+  void WillNeed(uint64_t offset, uint64_t length) override { target_->WillNeed(offset, length); }
+  Result<std::span<const std::byte>> Map() override { return target_->Map(); }
+  void CountMapped(uint64_t bytes) override { target_->CountMapped(bytes); }
+  ObjectReader* target() const { return target_.get(); }
+
+ private:
+  std::unique_ptr<ObjectReader> target_;
+};
+
 // What Stat and List report about an object.
 struct ObjectInfo {
   std::string key;
@@ -300,7 +339,8 @@ class Store {
 
 // Forwards every call to another store, so that a decorator (fault injection,
 // metering, caching, retry) overrides only what it changes and keeps the
-// rest of what the store can do: per-sample reads (OpenReader),
+// rest of what the store can do (its queues and readers, wrapped, derive
+// from ReadQueueWrapper and ObjectReaderWrapper): per-sample reads (OpenReader),
 // deferred durability (PutObservedDeferred, SyncDeferred), exclusive
 // creates, folder removal and capabilities. A decorator that must see every
 // write overrides Put, PutObserved, PutObservedDeferred and Create; every

@@ -15,14 +15,14 @@ namespace {
 // A read queue whose completions are held until the round trip after the
 // target reported them: requests in flight wait out their latencies
 // together, as asynchronous requests to a network store do.
-class LatencyReadQueue final : public ReadQueue {
+class LatencyReadQueue final : public ReadQueueWrapper {
  public:
   LatencyReadQueue(std::unique_ptr<ReadQueue> target, std::shared_ptr<RoundTrip> round_trip)
-      : target_(std::move(target)), round_trip_(std::move(round_trip)) {}
+      : ReadQueueWrapper(std::move(target)), round_trip_(std::move(round_trip)) {}
 
   Status Submit(std::span<const ReadRequest> requests) override {
     for (size_t i = 0; i < requests.size(); ++i) round_trip_->Count();
-    return target_->Submit(requests);
+    return target()->Submit(requests);
   }
 
   Result<size_t> Wait(size_t min_completions, Deadline deadline,
@@ -32,7 +32,7 @@ class LatencyReadQueue final : public ReadQueue {
     while (true) {
       // Collect what the target has finished, without blocking.
       std::vector<ReadCompletion> done;
-      auto polled = target_->Wait(0, Clock::now(), &done);
+      auto polled = target()->Wait(0, Clock::now(), &done);
       if (!polled.ok() && polled.status().code() != Code::kTimedOut) return polled.status();
       const auto due = Clock::now() + round_trip_->latency();
       for (auto& c : done) held_.push_back({due, std::move(c)});
@@ -52,7 +52,7 @@ class LatencyReadQueue final : public ReadQueue {
       } else {
         // Nothing held: block on the target for its next completion.
         std::vector<ReadCompletion> next;
-        auto got = target_->Wait(1, deadline, &next);
+        auto got = target()->Wait(1, deadline, &next);
         if (!got.ok() && got.status().code() != Code::kTimedOut) return got.status();
         const auto next_due = Clock::now() + round_trip_->latency();
         for (auto& c : next) held_.push_back({next_due, std::move(c)});
@@ -60,14 +60,13 @@ class LatencyReadQueue final : public ReadQueue {
     }
   }
 
-  size_t Outstanding() const override { return target_->Outstanding() + held_.size(); }
+  size_t Outstanding() const override { return target()->Outstanding() + held_.size(); }
 
  private:
   struct Held {
     Clock::time_point due;
     ReadCompletion completion;
   };
-  const std::unique_ptr<ReadQueue> target_;
   const std::shared_ptr<RoundTrip> round_trip_;
   std::deque<Held> held_;
 };

@@ -96,15 +96,10 @@ class MemoryReader final : public ObjectReader {
 // read from there, and mapped as a copy in memory, made by the first Map,
 // since the cache's readers map whatever the store behind
 // (capabilities().mapped_reads).
-class CopyMappedReader final : public ObjectReader {
+class CopyMappedReader final : public ObjectReaderWrapper {
  public:
   CopyMappedReader(std::unique_ptr<ObjectReader> target, Store* store, std::string key)
-      : target_(std::move(target)), store_(store), key_(std::move(key)) {}
-  Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
-    return target_->ReadV(offset, dsts);
-  }
-  void WillNeed(uint64_t offset, uint64_t length) override { target_->WillNeed(offset, length); }
-  void CountMapped(uint64_t bytes) override { target_->CountMapped(bytes); }
+      : ObjectReaderWrapper(std::move(target)), store_(store), key_(std::move(key)) {}
   Result<std::span<const std::byte>> Map() override {
     std::call_once(copied_, [&] {
       auto all = store_->ReadAll(key_);
@@ -119,7 +114,6 @@ class CopyMappedReader final : public ObjectReader {
   }
 
  private:
-  std::unique_ptr<ObjectReader> target_;
   Store* store_;
   const std::string key_;
   std::once_flag copied_;

@@ -11,10 +11,10 @@ namespace {
 // Reads through a queue: latency from Submit to the completion being
 // reaped. The queue is used by one thread (ReadQueue's contract), so the map
 // of requests in flight needs no lock.
-class MeteredQueue final : public ReadQueue {
+class MeteredQueue final : public ReadQueueWrapper {
  public:
   MeteredQueue(std::unique_ptr<ReadQueue> target, std::shared_ptr<StoreCounters> c)
-      : target_(std::move(target)), c_(std::move(c)) {}
+      : ReadQueueWrapper(std::move(target)), c_(std::move(c)) {}
 
   Status Submit(std::span<const ReadRequest> requests) override {
     // Our own tags, so that a caller's repeated tags stay apart.
@@ -25,7 +25,7 @@ class MeteredQueue final : public ReadQueue {
       inflight_.emplace(id, std::make_pair(r.tag, now));
       r.tag = id;
     }
-    Status s = target_->Submit(mine);
+    Status s = target()->Submit(mine);
     if (!s.ok()) {
       for (const auto& r : mine) inflight_.erase(r.tag);
     }
@@ -35,7 +35,7 @@ class MeteredQueue final : public ReadQueue {
   Result<size_t> Wait(size_t min_completions, Deadline deadline,
                       std::vector<ReadCompletion>* out) override {
     const size_t first = out->size();
-    Result<size_t> r = target_->Wait(min_completions, deadline, out);
+    Result<size_t> r = target()->Wait(min_completions, deadline, out);
     for (size_t i = first; i < out->size(); ++i) {
       ReadCompletion& c = (*out)[i];
       auto it = inflight_.find(c.tag);
@@ -47,32 +47,26 @@ class MeteredQueue final : public ReadQueue {
     return r;
   }
 
-  size_t Outstanding() const override { return target_->Outstanding(); }
-
  private:
-  std::unique_ptr<ReadQueue> target_;
   std::shared_ptr<StoreCounters> c_;
   uint64_t next_ = 0;
   std::unordered_map<uint64_t, std::pair<uint64_t, Clock::time_point>> inflight_;
 };
 
-class MeteredReader final : public ObjectReader {
+// Loads from a mapping (Map, CountMapped) are not store operations: not
+// metered, forwarded.
+class MeteredReader final : public ObjectReaderWrapper {
  public:
   MeteredReader(std::unique_ptr<ObjectReader> target, std::shared_ptr<StoreCounters> c)
-      : target_(std::move(target)), c_(std::move(c)) {}
+      : ObjectReaderWrapper(std::move(target)), c_(std::move(c)) {}
   Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
     const auto begin = Clock::now();
-    Result<size_t> r = target_->ReadV(offset, dsts);
+    Result<size_t> r = target()->ReadV(offset, dsts);
     c_->Done(StoreOp::kRead, begin, r.status(), r.ok() ? *r : 0);
     return r;
   }
-  void WillNeed(uint64_t offset, uint64_t length) override { target_->WillNeed(offset, length); }
-  // Loads from a mapping are not store operations: not metered.
-  Result<std::span<const std::byte>> Map() override { return target_->Map(); }
-  void CountMapped(uint64_t bytes) override { target_->CountMapped(bytes); }
 
  private:
-  std::unique_ptr<ObjectReader> target_;
   std::shared_ptr<StoreCounters> c_;
 };
 

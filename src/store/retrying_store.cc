@@ -81,33 +81,30 @@ class ObserverOnce {
   uint64_t at_ = 0;     // in this attempt
 };
 
-class RetryingObjectReader final : public ObjectReader {
+// Mapping (Map) is forwarded, not retried: its errors are not transient ones
+// of a read.
+class RetryingObjectReader final : public ObjectReaderWrapper {
  public:
   RetryingObjectReader(std::unique_ptr<ObjectReader> inner, const RetryOptions& o)
-      : inner_(std::move(inner)), options_(o) {
+      : ObjectReaderWrapper(std::move(inner)), options_(o) {
     // A record read retries sooner than a whole-shard read: it is small and
     // a worker (not a queue) waits for it.
     options_.first_backoff = std::max(std::chrono::milliseconds(1), o.first_backoff / 5);
   }
   Result<size_t> ReadV(uint64_t offset, std::span<const std::span<std::byte>> dsts) override {
-    return WithRetries(options_, [&] { return inner_->ReadV(offset, dsts); });
+    return WithRetries(options_, [&] { return target()->ReadV(offset, dsts); });
   }
-  void WillNeed(uint64_t offset, uint64_t length) override { inner_->WillNeed(offset, length); }
-  // Mapping is not retried: its errors are not transient ones of a read.
-  Result<std::span<const std::byte>> Map() override { return inner_->Map(); }
-  void CountMapped(uint64_t bytes) override { inner_->CountMapped(bytes); }
 
  private:
-  std::unique_ptr<ObjectReader> inner_;
   RetryOptions options_;
 };
 
 // Resubmits a request that failed with a retryable error after its backoff,
 // under a tag of its own; the caller sees one completion per request.
-class RetryingReadQueue final : public ReadQueue {
+class RetryingReadQueue final : public ReadQueueWrapper {
  public:
   RetryingReadQueue(std::unique_ptr<ReadQueue> inner, const RetryOptions& o)
-      : inner_(std::move(inner)), options_(o) {}
+      : ReadQueueWrapper(std::move(inner)), options_(o) {}
 
   Status Submit(std::span<const ReadRequest> requests) override {
     std::vector<ReadRequest> own(requests.begin(), requests.end());
@@ -117,7 +114,7 @@ class RetryingReadQueue final : public ReadQueue {
       pending_.emplace(id, Pending{r, 0, Clock::now()});
       r.tag = id;
     }
-    Status st = inner_->Submit(own);
+    Status st = target()->Submit(own);
     if (!st.ok()) {
       for (uint64_t id = first_id; id < next_id_; ++id) pending_.erase(id);
     }
@@ -134,7 +131,7 @@ class RetryingReadQueue final : public ReadQueue {
       if (done_.size() >= min_completions || Clock::now() >= deadline) break;
       Deadline until = deadline;
       for (const auto& [due, id] : due_) until = std::min(until, due);
-      if (inner_->Outstanding() > 0) {
+      if (target()->Outstanding() > 0) {
         STOKER_RETURN_IF_ERROR(Reap(1, until, &landed));
       } else {
         std::this_thread::sleep_until(until);
@@ -154,7 +151,7 @@ class RetryingReadQueue final : public ReadQueue {
 
   Status Reap(size_t min, Deadline until, std::vector<ReadCompletion>* landed) {
     landed->clear();
-    auto w = inner_->Wait(min, until, landed);
+    auto w = target()->Wait(min, until, landed);
     if (!w.ok() && w.status().code() != Code::kTimedOut) return w.status();
     for (auto& c : *landed) OnLanded(std::move(c));
     return Status::Ok();
@@ -181,7 +178,7 @@ class RetryingReadQueue final : public ReadQueue {
         ++it;
       }
     }
-    return again.empty() ? Status::Ok() : inner_->Submit(again);
+    return again.empty() ? Status::Ok() : target()->Submit(again);
   }
 
   void OnLanded(ReadCompletion c) {
@@ -205,7 +202,6 @@ class RetryingReadQueue final : public ReadQueue {
     done_.push_back(std::move(c));
   }
 
-  std::unique_ptr<ReadQueue> inner_;
   const RetryOptions options_;
   uint64_t next_id_ = 0;
   std::unordered_map<uint64_t, Pending> pending_;   // submitted, not yet final
