@@ -8,6 +8,7 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -876,7 +877,12 @@ TEST(GpuDecodeLoader, OnTheGpu) {
   auto l = Loader::Open(uri, bounded);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   uint64_t after_two = 0;
+  // 50 epochs of 64 images take well under a second of decode; each epoch's
+  // time is printed so a slow one is seen, and the loop gives up (failing)
+  // after a minute rather than running into the step's limit.
+  const auto start = std::chrono::steady_clock::now();
   for (uint64_t epoch = 0; epoch < 50; ++epoch) {
+    const auto epoch_start = std::chrono::steady_clock::now();
     ASSERT_TRUE((*l)->StartEpoch(epoch, 0).ok());
     while (true) {
       auto b = (*l)->Next();
@@ -885,6 +891,15 @@ TEST(GpuDecodeLoader, OnTheGpu) {
         break;
       }
     }
+    const auto now = std::chrono::steady_clock::now();
+    const double took = std::chrono::duration<double>(now - epoch_start).count();
+    if (epoch < 3 || epoch % 10 == 9 || took > 1.0) {
+      std::printf("epoch %llu: %.3f s, peak device %llu bytes\n", (unsigned long long)epoch, took,
+                  (unsigned long long)(*l)->stats().peak_device_bytes);
+      std::fflush(stdout);
+    }
+    ASSERT_LT(std::chrono::duration<double>(now - start).count(), 60.0)
+        << "50 epochs of 64 images did not finish in a minute (at epoch " << epoch << ")";
     if (epoch == 1) after_two = (*l)->stats().peak_device_bytes;
   }
   const LoaderStats end = (*l)->stats();

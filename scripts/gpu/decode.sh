@@ -76,9 +76,28 @@ main() {
 
   if want tests; then
     step "gpu_decode_test"
-    timeout 120 "$bin/gpu_decode_test" 2>&1 | tee "$log/gpu_decode_test.log" |
-      grep -E '^\[ +(OK|FAILED|SKIPPED) |Skipped|decode path|GPU vs CPU|GPU reference|nvJPEG ' | tail -40
-    ((PIPESTATUS[0] == 0)) || fail=1
+    # A test still running after 70 s has its threads' stacks and CPU times
+    # written to the log (gdb or cuda-gdb, where the image has one), so a
+    # slow test shows where it spends its time.
+    timeout 120 "$bin/gpu_decode_test" >"$log/gpu_decode_test.log" 2>&1 &
+    local pid=$! k
+    for ((k = 0; k < 70; ++k)); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      local t
+      t=$(pgrep -P "$pid" -x gpu_decode_test || echo "$pid")
+      echo "gpu_decode_test still running after 70 s: stacks in stacks.log"
+      top -H -b -n 1 -p "$t" 2>&1 | head -20 | tee "$log/top.log"
+      local dbg
+      dbg=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda*/bin/cuda-gdb 2>/dev/null | head -1)
+      [[ -n $dbg ]] && timeout 40 "$dbg" -p "$t" -batch -ex 'thread apply all bt 25' >"$log/stacks.log" 2>&1
+      grep -E '^#[0-9]+ ' "$log/stacks.log" 2>/dev/null | grep -v -E 'pthread_cond|futex|epoll|poll \(|nanosleep|clock_nanosleep' |
+        head -40
+    fi
+    wait "$pid"
+    local trc=$?
+    grep -E '^\[ +(OK|FAILED|SKIPPED) |Skipped|decode path|GPU vs CPU|GPU reference|nvJPEG |^epoch |device memory' \
+      "$log/gpu_decode_test.log" | tail -50
+    ((trc == 0)) || fail=1
   fi
 
   if want bench; then
