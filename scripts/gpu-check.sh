@@ -39,16 +39,21 @@ prepare() {
     -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_BUILD_TESTS=ON \
     -DSTOKER_BUILD_PROBES=ON >/dev/null
   cmake --build build-gpu -j"$(nproc)" --target stoker gpu_test loader_test pagecache_dma_probe \
-    copy_paths_probe gpu_decode_test
+    copy_paths_probe gpu_decode_test token_index_bench
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/lib" "$carry/lib-static"
   # The modules, for building the Python binding there against its python3.
   cp build-gpu/libstoker_*.a "$carry/lib-static/"
   rm -f "$carry/lib-static/libstoker_bench.a"
   for b in build-gpu/stoker build-gpu/tests/gpu_test build-gpu/tests/loader_test \
-    build-gpu/pagecache_dma_probe build-gpu/copy_paths_probe build-gpu/tests/gpu_decode_test; do
+    build-gpu/pagecache_dma_probe build-gpu/copy_paths_probe build-gpu/tests/gpu_decode_test \
+    build-gpu/token_index_bench; do
     strip -o "$carry/bin/$(basename "$b")" "$b"
   done
+  # `stoker bench comm` with a fault injected, for comm.sh's corruption step
+  # (tests/comm/comm_faults.cc; the product's stoker has no fault hooks).
+  cmake --build build-gpu -j"$(nproc)" --target stoker_comm_faults
+  strip -o "$carry/bin/stoker_comm_faults" build-gpu/tests/stoker_comm_faults
   # Libraries outside glibc, libstdc++ and the driver: the GPU machine's
   # image is another distribution and lacks these Debian packages.
   bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry"/bin/*
