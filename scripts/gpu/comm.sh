@@ -6,9 +6,10 @@
 #
 #   scripts/gpu/comm.sh prepare   on the build machine: builds build-gpu-comm/
 #                                 (Release, CUDA on, MPI/RADOS/Python off,
-#                                 hwloc on) and puts the binary and the
-#                                 shared libraries a stock image lacks into
-#                                 build-gpu-comm/carry/ (git-ignored).
+#                                 hwloc on) and puts the binaries (stoker, and
+#                                 stoker_comm_faults for the corruption step)
+#                                 and the shared libraries a stock image lacks
+#                                 into build-gpu-comm/carry/ (git-ignored).
 #   scripts/gpu/comm.sh run       on the GPU machine, from the repository
 #                                 root: prints the results; logs and JSON in
 #                                 $OUT (or /tmp/gpu-comm).
@@ -37,12 +38,13 @@ prepare() {
   set -e
   cmake -S . -B build-gpu-comm -DCMAKE_BUILD_TYPE=Release -DSTOKER_WITH_CUDA=ON \
     -DSTOKER_WITH_RADOS=OFF -DSTOKER_WITH_PYTHON=OFF -DSTOKER_WITH_MPI=OFF \
-    -DSTOKER_BUILD_TESTS=OFF >/dev/null
-  cmake --build build-gpu-comm -j"$(nproc)" --target stoker
+    -DSTOKER_BUILD_TESTS=ON >/dev/null
+  cmake --build build-gpu-comm -j"$(nproc)" --target stoker stoker_comm_faults
   rm -rf "$carry"
   mkdir -p "$carry/bin" "$carry/lib"
   strip -o "$carry/bin/stoker" build-gpu-comm/stoker
-  bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry/bin/stoker"
+  strip -o "$carry/bin/stoker_comm_faults" build-gpu-comm/tests/stoker_comm_faults
+  bash scripts/gpu/copy-libs.sh "$carry/lib" "$carry/bin/stoker" "$carry/bin/stoker_comm_faults"
   ls -la "$carry"/bin "$carry"/lib
 }
 
@@ -150,6 +152,8 @@ run() {
   mkdir -p "$out"
   export LD_LIBRARY_PATH=$PWD/$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   local stoker=$PWD/$carry/bin/stoker
+  # `stoker bench comm` with a fault injected (tests/comm/comm_faults.cc).
+  local faults=$PWD/$carry/bin/stoker_comm_faults
   local tr=(torchrun --standalone --nproc_per_node=1)
   local max=${STOKER_COMM_MAX:-1G} rc line
   local steps=${STOKER_COMM_STEPS:-bench,corrupt,torch,tune,sanitizer}
@@ -194,7 +198,7 @@ run() {
 
   if want corrupt && begin "corruption hook on the GPU" 40 \
     "the corruption hook is caught on the GPU path"; then
-    STOKER_COMM_TEST_CORRUPT=0 timeout "$t" "${tr[@]}" --no_python "$stoker" bench comm \
+    timeout "$t" "${tr[@]}" --no_python "$faults" --corrupt 0 bench comm \
       --backend nccl --ops allreduce,reducescatter --dtypes float16 --max-bytes 1M \
       >"$out/corrupt.log" 2>&1
     rc=$?

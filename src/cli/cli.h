@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/comm.h"
 #include "stoker/status.h"
 
 namespace stoker::cli {
@@ -68,8 +69,11 @@ CLI::App* TuneCommand(CLI::App& app);
 
 // What `stoker --version` prints: version, build options, git revision.
 std::string VersionText();
-// `bench comm` (collectives), under `bench`; `topo` and `tune comm` (comm).
-void RegisterBenchComm(CLI::App* bench, Action* action);
+// `bench comm` (collectives), under `bench`, each run through `run`:
+// RunCommBench in the product, a fault-injecting runner in the tests' binary
+// (tests/comm/comm_faults.cc); `topo` and `tune comm` (comm).
+using CommBenchRunner = std::function<Result<CommReport>(const CommBenchOptions&)>;
+void RegisterBenchComm(CLI::App* bench, Action* action, CommBenchRunner run = RunCommBench);
 void RegisterTopo(CLI::App& app, Action* action);
 void RegisterTuneComm(CLI::App& app, Action* action);
 

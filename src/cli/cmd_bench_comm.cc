@@ -82,7 +82,7 @@ nlohmann::json CommReportJson(const CommReport& r) {
   return j;
 }
 
-void RegisterBenchComm(CLI::App* bench, Action* action) {
+void RegisterBenchComm(CLI::App* bench, Action* action, CommBenchRunner run) {
   auto* cmd = bench->add_subcommand(
       "comm",
       "Collectives (allreduce, allgather, reducescatter, broadcast, alltoall, sendrecv) over MPI "
@@ -118,8 +118,8 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
                   "seconds without progress before a rank gives up (a peer died or hangs)")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "print the whole table, environment and bindings as JSON");
-  cmd->callback([args, action] {
-    *action = [args]() -> int {
+  cmd->callback([args, action, run] {
+    *action = [args, run]() -> int {
       CommBenchOptions o;
       o.backend = args->backend;
       auto ops = ParseList(args->ops, AllCommOps(), ParseCommOp);
@@ -145,7 +145,7 @@ void RegisterBenchComm(CLI::App* bench, Action* action) {
         std::fflush(stderr);
         std::_Exit(code);
       };
-      auto report = RunCommBench(o);
+      auto report = run(o);
       if (!report.ok()) return Fail(report.status());
       const CommReport& r = *report;
       if (r.rank.rank != 0) return 0;

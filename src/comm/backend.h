@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,7 +27,8 @@ class CollectiveBackend {
   virtual Status Upload(const void* host, size_t bytes) = 0;
   // Copies the receive buffer's first `bytes` to host memory.
   virtual Status Download(void* host, size_t bytes) = 0;
-  // Puts `bytes` at `offset` of the receive buffer (the corruption hook).
+  // Puts `bytes` at `offset` of the receive buffer: how a fault-injecting
+  // decorator corrupts a result (tests/comm/comm_faults.cc).
   virtual Status Poke(size_t offset, const void* host, size_t bytes) = 0;
   // Clears the receive buffer (so a check cannot pass on stale results).
   virtual Status ClearOutput(size_t bytes) = 0;
@@ -47,5 +49,15 @@ class CollectiveBackend {
 Result<std::unique_ptr<CollectiveBackend>> MakeMpiBackend(Bootstrap& bootstrap);
 Result<std::unique_ptr<CollectiveBackend>> MakeNcclBackend(Bootstrap& bootstrap,
                                                            const RankInfo& rank);
+
+// Wraps the backend RunBench made, given this rank and the world size. The
+// test binary's fault injection (tests/comm/comm_faults.cc) is one; the
+// product's RunCommBench passes none, so no fault can be switched on in it.
+using BackendDecorator = std::function<std::unique_ptr<CollectiveBackend>(
+    std::unique_ptr<CollectiveBackend> backend, int rank, int size)>;
+
+// RunCommBench (comm.h) on the backend `decorate` returns (empty: the one
+// made).
+Result<CommReport> RunBench(const CommBenchOptions& options, const BackendDecorator& decorate);
 
 }  // namespace stoker::comm

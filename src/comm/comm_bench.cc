@@ -2,7 +2,6 @@
 // arguments, then for each operation, dtype and size: warm up, check every
 // element, time the iterations, and agree with every rank on the outcome.
 #include <sched.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -269,15 +268,6 @@ class Watchdog final {
   std::thread thread_;
 };
 
-// The test hooks: STOKER_COMM_TEST_CORRUPT=R zeroes one output element of
-// rank R's reductions (the check must catch it); STOKER_COMM_TEST_DIE=R and
-// STOKER_COMM_TEST_HANG=R make rank R die (SIGKILL) or stop making progress
-// when the first operation reaches its third size.
-int HookRank(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? -1 : std::atoi(v);
-}
-
 std::string Summary(const CommBenchOptions& o) {
   std::ostringstream s;
   s << "--backend " << o.backend << " --ops ";
@@ -449,7 +439,7 @@ Status AgreeOnStatus(Bootstrap& boot, const Status& mine) {
   return Status::Ok();
 }
 
-Result<CommReport> RunBench(const CommBenchOptions& o) {
+Result<CommReport> RunBench(const CommBenchOptions& o, const BackendDecorator& decorate) {
   STOKER_RETURN_IF_ERROR(Validate(o));
   CommReport report;
   STOKER_ASSIGN_OR_RETURN(report.rank, DiscoverRank());
@@ -477,7 +467,9 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
   Result<std::unique_ptr<CollectiveBackend>> made =
       o.backend == "mpi" ? MakeMpiBackend(*boot) : MakeNcclBackend(*boot, me);
   STOKER_RETURN_IF_ERROR(AgreeOnStatus(*boot, made.status()));
-  CollectiveBackend& backend = **made;
+  std::unique_ptr<CollectiveBackend> wrapped = std::move(*made);
+  if (decorate) wrapped = decorate(std::move(wrapped), rank, n);
+  CollectiveBackend& backend = *wrapped;
 
   report.environment.backend = o.backend;
   report.environment.library_version = backend.version();
@@ -493,10 +485,6 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
   const std::vector<uint64_t> sizes = CommSizes(o);
   STOKER_RETURN_IF_ERROR(AgreeOnStatus(*boot, backend.Allocate(o.max_bytes)));
   std::vector<std::byte> host(o.max_bytes);
-  const int corrupt = HookRank("STOKER_COMM_TEST_CORRUPT");
-  const int die = HookRank("STOKER_COMM_TEST_DIE");
-  const int hang = HookRank("STOKER_COMM_TEST_HANG");
-  bool first_op = true;
 
   for (CommDtype dtype : o.dtypes) {
     const size_t elem = CommDtypeSize(dtype);
@@ -510,7 +498,6 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
     STOKER_RETURN_IF_ERROR(AgreeOnStatus(*boot, backend.Upload(host.data(), o.max_bytes)));
     for (CommOp op : o.ops) {
       uint64_t last_count = 0;
-      int size_index = 0;
       for (uint64_t bytes : sizes) {
         const uint64_t count = CallCount(op, bytes, elem, n);
         if (count == 0 || count == last_count) continue;
@@ -518,23 +505,12 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
         const uint64_t real_bytes = SizeOf(op, count, elem, n);
         const std::string what = std::string(CommOpName(op)) + " " +
                                  std::string(CommDtypeName(dtype)) + " " + SizeName(real_bytes);
-        if (first_op && ++size_index == 3) {
-          if (rank == die) raise(SIGKILL);
-          if (rank == hang) {
-            raise(SIGSTOP);  // the whole process, its watchdog too: a hung node
-          }
-        }
         const uint64_t out_bytes = OutputCount(op, count, n) * elem;
         dog.Progress("warming up " + what);
         Status st = backend.ClearOutput(out_bytes);
         for (int i = 0; st.ok() && i < std::max(o.warmup, 1); ++i)
           st = backend.Run(op, dtype, count);
         if (st.ok()) st = backend.Wait();
-        if (st.ok() && rank == corrupt &&
-            (op == CommOp::kAllReduce || op == CommOp::kReduceScatter)) {
-          const uint64_t zero = 0;
-          st = backend.Poke(out_bytes / elem / 2 * elem, &zero, elem);
-        }
         dog.Progress("checking " + what);
         if (st.ok()) st = backend.Download(host.data(), out_bytes);
         if (st.ok()) st = CheckOutput(op, dtype, count, host, rank, n);
@@ -567,7 +543,6 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
         r.busbw_gbps = r.algbw_gbps * BusBandwidthFactor(op, n);
         report.results.push_back(r);
       }
-      first_op = false;
     }
   }
   // A stall the collectives came back from is still a failure.
@@ -577,6 +552,8 @@ Result<CommReport> RunBench(const CommBenchOptions& o) {
 
 }  // namespace comm
 
-Result<CommReport> RunCommBench(const CommBenchOptions& options) { return comm::RunBench(options); }
+Result<CommReport> RunCommBench(const CommBenchOptions& options) {
+  return comm::RunBench(options, nullptr);
+}
 
 }  // namespace stoker

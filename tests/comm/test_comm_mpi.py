@@ -15,6 +15,10 @@ import time
 import pytest
 
 STOKER = os.environ.get("STOKER_BIN", "build/stoker")
+# `stoker bench comm` with a fault injected (tests/comm/comm_faults.cc):
+# FAULTS + ["--corrupt", "R", "bench", "comm", ...].
+FAULTS = os.environ.get("STOKER_COMM_FAULTS_BIN",
+                        os.path.join(os.path.dirname(STOKER), "tests", "stoker_comm_faults"))
 MPIRUN = [os.environ.get("MPIEXEC", "mpirun"), "--allow-run-as-root", "--oversubscribe"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Every launcher variable rank discovery reads (include/stoker/rank.h).
@@ -28,7 +32,7 @@ RANK_VARS = [
 
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
-           if k not in RANK_VARS and not k.startswith("STOKER_COMM_TEST")
+           if k not in RANK_VARS
            and not k.startswith("NCCL_") and not k.startswith("STOKER_COMM_MPI_")
            and k != "STOKER_TOPO_FILE"}
     # Shared memory without CMA: some containers forbid process_vm_readv
@@ -41,8 +45,11 @@ def clean_env(**extra):
     return env
 
 
-def mpirun(n, args, env=None, timeout=240, mpi_args=()):
-    cmd = MPIRUN + list(mpi_args) + ["-np", str(n), STOKER] + args
+def mpirun(n, args, env=None, timeout=240, mpi_args=(), faults=()):
+    """`stoker ARGS` on n ranks; with faults (["--die", "2"]), the fault
+    binary's instead."""
+    program = [FAULTS] + list(faults) if faults else [STOKER]
+    cmd = MPIRUN + list(mpi_args) + ["-np", str(n)] + program + args
     start = time.monotonic()
     p = subprocess.run(cmd, env=env or clean_env(), capture_output=True, text=True,
                        timeout=timeout)
@@ -96,12 +103,25 @@ def test_every_op_and_dtype_correct_on_4_ranks():
 
 @pytest.mark.parametrize("op", ["allreduce", "reducescatter"])
 def test_wrong_reduction_is_caught_and_named(op):
-    p, _ = mpirun(4, SMALL + ["--ops", op, "--dtypes", "bfloat16"],
-                  env=clean_env(STOKER_COMM_TEST_CORRUPT="2"))
+    p, _ = mpirun(4, SMALL + ["--ops", op, "--dtypes", "bfloat16"], faults=["--corrupt", "2"])
     assert p.returncode == 10 + 5, p.stderr  # Corruption
     m = re.search(rf"rank 2: {op} bfloat16 (\d+) B: element (\d+) of (\d+): got 0, expected \d+",
                   p.stderr)
     assert m, p.stderr
+
+
+def test_the_product_has_no_fault_hooks():
+    # The variables that switched the faults on before they moved to
+    # stoker_comm_faults: `stoker` runs through them, every result right.
+    old_hooks = dict(STOKER_COMM_TEST_CORRUPT="2", STOKER_COMM_TEST_DIE="3",
+                     STOKER_COMM_TEST_HANG="1")
+    p, _ = mpirun(4, SMALL + ["--ops", "allreduce,reducescatter", "--timeout", "20"],
+                  env=clean_env(**old_hooks))
+    assert p.returncode == 0, p.stderr
+    assert "0 wrong" in p.stdout
+    # The same faults from the test binary are faults.
+    p, _ = mpirun(4, SMALL + ["--ops", "allreduce"], faults=["--corrupt", "2"])
+    assert p.returncode == 10 + 5, p.stderr
 
 
 @pytest.mark.parametrize("n", [3, 4])
@@ -117,8 +137,8 @@ def test_ring_allreduce_correct_in_every_dtype(n):
     assert len(results) == 4 * 10  # 8 B x 3^k up to 64 KiB, and 64 KiB itself
     assert {r["algorithm"] for r in results} == {"stoker ring"}
     # A wrong element in the ring's output is caught as in MPI_Allreduce's.
-    env["STOKER_COMM_TEST_CORRUPT"] = "1"
-    p, _ = mpirun(n, SMALL + ["--ops", "allreduce", "--dtypes", "float16"], env=env)
+    p, _ = mpirun(n, SMALL + ["--ops", "allreduce", "--dtypes", "float16"], env=env,
+                  faults=["--corrupt", "1"])
     assert p.returncode == 10 + 5, p.stderr
     assert re.search(r"rank 1: allreduce float16 \d+ B: element \d+ of \d+: got 0", p.stderr)
 
@@ -166,7 +186,7 @@ def test_mismatched_arguments_are_named():
 @pytest.mark.parametrize("allreduce", ["auto", "ring"])
 def test_killed_rank_stops_the_others_naming_it(allreduce):
     p, took = mpirun(4, ["bench", "comm", "--max", "64K", "--timeout", "20"],
-                     env=clean_env(STOKER_COMM_TEST_DIE="2", STOKER_COMM_MPI_ALLREDUCE=allreduce))
+                     env=clean_env(STOKER_COMM_MPI_ALLREDUCE=allreduce), faults=["--die", "2"])
     assert p.returncode != 0
     assert took < 60
     assert re.search(r"rank 2 .*(exited on signal 9|Killed)", p.stdout + p.stderr), p.stderr
@@ -175,7 +195,7 @@ def test_killed_rank_stops_the_others_naming_it(allreduce):
 @pytest.mark.parametrize("allreduce", ["auto", "ring"])
 def test_hung_rank_times_out_instead_of_hanging(allreduce):
     p, took = mpirun(4, ["bench", "comm", "--max", "64K", "--timeout", "5"],
-                     env=clean_env(STOKER_COMM_TEST_HANG="1", STOKER_COMM_MPI_ALLREDUCE=allreduce))
+                     env=clean_env(STOKER_COMM_MPI_ALLREDUCE=allreduce), faults=["--hang", "1"])
     assert p.returncode != 0
     assert took < 60
     assert "no progress for 5 s while" in p.stderr
@@ -387,10 +407,11 @@ def test_tune_mpi_file_is_not_slower_than_the_default(tmp_path):
 FAKE_GPU = os.environ.get("FAKE_GPU_DIR", "build/tests/fake_gpu")
 
 
-def one_rank(args, **extra):
+def one_rank(args, faults=(), **extra):
     env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                     LD_LIBRARY_PATH=FAKE_GPU, **extra)
-    return subprocess.run([STOKER, "bench", "comm", "--backend", "nccl"] + args, env=env,
+    program = [FAULTS] + list(faults) if faults else [STOKER]
+    return subprocess.run(program + ["bench", "comm", "--backend", "nccl"] + args, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -410,7 +431,7 @@ def test_nccl_backend_path_every_op_and_dtype():
 
 
 def test_nccl_backend_corruption_and_missing_parts():
-    p = one_rank(["--ops", "allreduce", "--max", "64K"], STOKER_COMM_TEST_CORRUPT="0")
+    p = one_rank(["--ops", "allreduce", "--max", "64K"], faults=["--corrupt", "0"])
     assert p.returncode == 15 and "rank 0: allreduce float32 8 B: element 1 of 2" in p.stderr
     p = one_rank(["--max", "64K"], FAKE_CUDA_DEVICES="0")
     assert p.returncode == 16 and "none is visible" in p.stderr
