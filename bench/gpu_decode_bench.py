@@ -163,7 +163,7 @@ def way_tv_gpu(root, args):
     return epoch, None
 
 
-def way_stoker(uri, args, gpu, cpu_share=None, threads=None):
+def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None):
     decode = {"field": "image", "size": (SIZE, SIZE), "crop": "random_resized",
               "scale": SCALE, "ratio": RATIO, "flip": 0.5}
     if gpu:
@@ -171,7 +171,7 @@ def way_stoker(uri, args, gpu, cpu_share=None, threads=None):
     threads = args.gpu_threads if gpu else args.workers
     if cpu_share is not None:
         decode["cpu_share"] = cpu_share
-        threads = threads or args.workers
+        threads = both_threads or args.workers
     loader = stoker.Loader(uri, args.batch, threads=threads, rank=0, world_size=1,
                            decode=decode, device="cuda:0", format="torch")
 
@@ -270,7 +270,7 @@ def main():
         out[key.replace("cpu_share", "both_threads")] = threads
         print(f"  {'stoker_both_naive' if naive else 'stoker_both'}: cpu_share {out[key]:.3f} at "
               f"{threads} threads", flush=True)
-        return way_stoker(str(uri), args, gpu=True, cpu_share=out[key], threads=threads)
+        return way_stoker(str(uri), args, gpu=True, cpu_share=out[key], both_threads=threads)
     makers["stoker_both"] = lambda: both(False)
     makers["stoker_both_naive"] = lambda: both(True)
     print(f"images/s into GPU memory, {SIZE}x{SIZE} RandomResizedCrop + flip, batch "
