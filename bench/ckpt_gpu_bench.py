@@ -193,24 +193,29 @@ STAGER_OPTIONS = [(True, True, True, True), (True, False, True, True), (True, Fa
 
 
 def dcp_pinned(dcp_async, stager, options):
-    chosen = {}
+    """A save through DefaultStager, one stager kept across saves (its cache
+    is what makes the second save onward cheap). Where a save with some
+    options fails (torch 2.11's second save raised KeyError: <class 'type'>
+    in the stager's deepcopy), the next options are tried with a new stager,
+    and the report says which options the figures are for and why the
+    others failed."""
+    chosen = {"errors": [], "at": 0}
 
     def run(i):
-        if "fn" not in chosen:
-            errors = []
-            for o in STAGER_OPTIONS:
-                fn = dcp_async(stager(options(*o)))
-                try:
-                    r = fn(i)
-                except Exception:  # noqa: BLE001 -- try the next options
-                    errors.append(f"StagingOptions{o}: " + traceback.format_exc(limit=-4))
-                    print(errors[-1], flush=True)
-                    continue
-                chosen.update(fn=fn, options=o, errors=errors)
-                print(f"dcp.async_pinned: StagingOptions{o}", flush=True)
-                return r
-            raise RuntimeError("every StagingOptions failed:\n" + "\n".join(errors))
-        return chosen["fn"](i)
+        while chosen["at"] < len(STAGER_OPTIONS):
+            o = STAGER_OPTIONS[chosen["at"]]
+            if "fn" not in chosen:
+                chosen.update(fn=dcp_async(stager(options(*o))), options=o)
+                print(f"dcp.async_pinned: trying StagingOptions{o}", flush=True)
+            try:
+                return chosen["fn"](i)
+            except Exception:  # noqa: BLE001 -- try the next options
+                chosen["errors"].append(f"StagingOptions{o}, save {i}: " +
+                                        traceback.format_exc(limit=-4))
+                print(chosen["errors"][-1], flush=True)
+                del chosen["fn"]
+                chosen["at"] += 1
+        raise RuntimeError("every StagingOptions failed:\n" + "\n".join(chosen["errors"]))
     run.chosen = chosen
     return run
 
