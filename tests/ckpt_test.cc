@@ -737,18 +737,18 @@ TEST(CkptRetry, AFailedBackgroundSaveIsReportedAndChangesNothing) {
 // that reached the store, or part of it, before their error.
 class HalfWrites final : public StoreWrapper {
  public:
+  using StoreWrapper::Put;
   using StoreWrapper::StoreWrapper;
-  Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
-                             const PutObserver& see) override {
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             const WriteOptions& options) override {
     if (key.ends_with(".chunk") && First(key)) {
-      see(data.first(data.size() / 2));
+      if (options.observer != nullptr) (*options.observer)(data.first(data.size() / 2));
       return Unavailable("osd.2 went away mid-write");
     }
-    return StoreWrapper::PutObservedDeferred(key, data, see);
-  }
-  Status Create(std::string_view key, std::span<const std::byte> data) override {
-    Status s = StoreWrapper::Create(key, data);
-    if (s.ok() && key.ends_with("/claim") && First(key)) return TimedOut("reply lost");
+    Status s = StoreWrapper::Put(key, data, options);
+    if (s.ok() && options.if_absent && key.ends_with("/claim") && First(key)) {
+      return TimedOut("reply lost");
+    }
     return s;
   }
   bool First(std::string_view key) {
@@ -815,7 +815,8 @@ TEST(CkptRetry, RetryingStoreRetriesRetryableWritesOnlyWhenAsked) {
   {  // more times than the retries: the error, with the attempts
     auto flaky = std::make_shared<FlakyStore>(mem, 10, Unavailable("osd.1 is down"));
     RetryingStore rs(flaky, o);
-    Status s = rs.PutObservedDeferred("c.chunk", data, [](auto) {});
+    const PutObserver see = [](std::span<const std::byte>) {};
+    Status s = rs.Put("c.chunk", data, {.durability = Durability::kDeferred, .observer = &see});
     EXPECT_EQ(s.code(), Code::kUnavailable);
     EXPECT_TRUE(s.retryable());
     EXPECT_TRUE(Contains(s.message(), "osd.1 is down (after 3 attempts)")) << s.message();

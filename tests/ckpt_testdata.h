@@ -71,14 +71,11 @@ class FlakyStore final : public StoreWrapper {
  public:
   FlakyStore(std::shared_ptr<Store> target, int fail_puts, Status error)
       : StoreWrapper(std::move(target)), left_(fail_puts), error_(std::move(error)) {}
-  Status Put(std::string_view key, std::span<const std::byte> data) override {
+  using StoreWrapper::Put;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             const WriteOptions& options) override {
     if (key.ends_with(".chunk") && left_.fetch_sub(1) > 0) return error_;
-    return StoreWrapper::Put(key, data);
-  }
-  Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
-                             const PutObserver& see) override {
-    if (key.ends_with(".chunk") && left_.fetch_sub(1) > 0) return error_;
-    return StoreWrapper::PutObservedDeferred(key, data, see);
+    return StoreWrapper::Put(key, data, options);
   }
   std::atomic<int> left_;
   Status error_;

@@ -350,17 +350,11 @@ TEST(MetricsTest, ReportHasEveryPlotAndNamesABadLine) {
 // A store whose writes all fail as a full pool's do (not retryable).
 class FullStore final : public StoreWrapper {
  public:
+  using StoreWrapper::Put;
   using StoreWrapper::StoreWrapper;
-  Status Put(std::string_view k, std::span<const std::byte>) override { return Full(k); }
-  Status PutObserved(std::string_view k, std::span<const std::byte>, const PutObserver&) override {
+  Status Put(std::string_view k, std::span<const std::byte>, const WriteOptions&) override {
     return Full(k);
   }
-  Status PutObservedDeferred(std::string_view k, std::span<const std::byte>,
-                             const PutObserver&) override {
-    return Full(k);
-  }
-  Status Create(std::string_view k, std::span<const std::byte>) override { return Full(k); }
-  Status CreateDeferred(std::string_view k, std::span<const std::byte>) override { return Full(k); }
 
  private:
   static Status Full(std::string_view k) { return NoSpace("full test pool: " + std::string(k)); }

@@ -272,46 +272,95 @@ class StoreConformance : public ::testing::TestWithParam<BackendParam> {
   bool local_reads_of_target_ = false;
 };
 
-TEST_P(StoreConformance, CreateIsExclusiveAndAtomic) {
-  const auto data = RandomBytes(10000, 3);
-  ASSERT_OK(store_->Create(K("c/one"), data));
-  auto again = store_->Create(K("c/one"), RandomBytes(10, 4));
-  EXPECT_EQ(again.code(), Code::kAlreadyExists) << again.ToString();
-  auto back = store_->ReadAll(K("c/one"));
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(*back, data) << "a refused create leaves the object as it was";
-  ASSERT_OK(store_->Create(K("c/empty"), {}));
-  EXPECT_EQ(store_->Stat(K("c/empty"))->size, 0u);
-  EXPECT_EQ(store_->Create(K("c/../x"), data).code(), Code::kInvalidArgument);
-  // Of many creators of one key at once, exactly one wins, and its bytes are
-  // the object's.
-  constexpr int kThreads = 8;
-  std::atomic<int> won{0}, lost{0};
-  std::vector<std::thread> threads;
-  std::vector<std::vector<std::byte>> bodies;
-  for (int t = 0; t < kThreads; ++t) bodies.push_back(RandomBytes(5000, 100 + t));
-  int winner = -1;
-  std::mutex mu;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      Status s = store_->Create(K("c/race"), bodies[t]);
-      if (s.ok()) {
-        ++won;
-        std::lock_guard l(mu);
-        winner = t;
-      } else if (s.code() == Code::kAlreadyExists) {
-        ++lost;
-      }
-    });
+// The Put options one by one, and where it matters both durabilities: what
+// a Put with each promises on return holds on every store and wrapper.
+const WriteOptions kDurable{};
+const WriteOptions kDeferred{.durability = Durability::kDeferred};
+
+std::string DurabilityName(const WriteOptions& o) {
+  return o.durability == Durability::kDeferred ? "deferred" : "durable";
+}
+
+// Put with if_absent: exclusive (of many creators of one key at once, exactly
+// one wins, and its bytes are the object's) and atomic, durable or deferred.
+TEST_P(StoreConformance, PutIfAbsentIsExclusiveAndAtomic) {
+  ASSERT_TRUE(store_->capabilities().exclusive_create)
+      << "every store the suite runs creates exclusively";
+  for (WriteOptions o : {kDurable, kDeferred}) {
+    SCOPED_TRACE(DurabilityName(o));
+    o.if_absent = true;
+    const std::string dir = "c-" + DurabilityName(o) + "/";
+    const auto data = RandomBytes(10000, 3);
+    ASSERT_OK(store_->Put(K(dir + "one"), data, o));
+    auto again = store_->Put(K(dir + "one"), RandomBytes(10, 4), o);
+    EXPECT_EQ(again.code(), Code::kAlreadyExists) << again.ToString();
+    auto back = store_->ReadAll(K(dir + "one"));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, data) << "a refused create leaves the object as it was";
+    ASSERT_OK(store_->Put(K(dir + "empty"), {}, o));
+    EXPECT_EQ(store_->Stat(K(dir + "empty"))->size, 0u);
+    EXPECT_EQ(store_->Put(K(dir + "../x"), data, o).code(), Code::kInvalidArgument);
+    // Without if_absent the same key is replaced.
+    ASSERT_OK(store_->Put(K(dir + "one"), RandomBytes(10, 4)));
+    EXPECT_EQ(store_->Stat(K(dir + "one"))->size, 10u);
+
+    constexpr int kThreads = 8;
+    std::atomic<int> won{0}, lost{0};
+    std::vector<std::thread> threads;
+    std::vector<std::vector<std::byte>> bodies;
+    for (int t = 0; t < kThreads; ++t) bodies.push_back(RandomBytes(5000, 100 + t));
+    int winner = -1;
+    std::mutex mu;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        Status s = store_->Put(K(dir + "race"), bodies[t], o);
+        if (s.ok()) {
+          ++won;
+          std::lock_guard l(mu);
+          winner = t;
+        } else if (s.code() == Code::kAlreadyExists) {
+          ++lost;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(won.load(), 1);
+    EXPECT_EQ(lost.load(), kThreads - 1);
+    ASSERT_GE(winner, 0);
+    EXPECT_EQ(*store_->ReadAll(K(dir + "race")), bodies[winner]);
+    auto listed = store_->List(K(dir));
+    ASSERT_TRUE(listed.ok());
+    EXPECT_EQ(listed->size(), 3u) << "no temporary object of a create is listed";
   }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(won.load(), 1);
-  EXPECT_EQ(lost.load(), kThreads - 1);
-  ASSERT_GE(winner, 0);
-  EXPECT_EQ(*store_->ReadAll(K("c/race")), bodies[winner]);
-  auto listed = store_->List(K("c/"));
-  ASSERT_TRUE(listed.ok());
-  EXPECT_EQ(listed->size(), 3u) << "no temporary object of a create is listed";
+  ASSERT_OK(store_->Sync());
+}
+
+// A deferred Put is whole, visible and replaces on return, as a durable one
+// does; Sync() then succeeds, and again with nothing new to sync.
+TEST_P(StoreConformance, PutDeferredIsVisibleAtOnceAndSyncs) {
+  ASSERT_OK(store_->Sync());  // with nothing deferred
+  std::vector<std::pair<std::string, std::vector<std::byte>>> written;
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4096}, (size_t{2} << 20) + 5}) {
+    const std::string key = K("deferred/obj-" + std::to_string(size));
+    ASSERT_OK(store_->Put(key, RandomBytes(size + 100, size), kDeferred));
+    written.emplace_back(key, RandomBytes(size, size + 1));
+    ASSERT_OK(store_->Put(key, written.back().second, kDeferred));
+    auto got = store_->ReadAll(key);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(*got == written.back().second) << key << ": replaced before any Sync";
+  }
+  ASSERT_OK(store_->Sync());
+  ASSERT_OK(store_->Sync());  // a second one
+  // The durable manifest after the deferred chunks: all of them are there.
+  ASSERT_OK(store_->Put(K("deferred/record"), Text("names them"), kDurable));
+  auto listed = store_->List(K("deferred/"));
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->size(), written.size() + 1);
+  for (const auto& [key, data] : written) {
+    auto got = store_->ReadAll(key);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(*got == data) << key;
+  }
 }
 
 TEST_P(StoreConformance, WrapperKeepsCapabilities) {
@@ -331,9 +380,10 @@ TEST_P(StoreConformance, WrapperKeepsCapabilities) {
     EXPECT_EQ(store_->capabilities().mapped_reads, capabilities_of_target_.mapped_reads);
     EXPECT_EQ(store_->local_reads(), local_reads_of_target_);
   }
+  EXPECT_EQ(store_->capabilities().exclusive_create, capabilities_of_target_.exclusive_create);
   // Deferred writes reach the backend's own deferral and its sync.
-  ASSERT_OK(store_->PutObservedDeferred(K("d/a"), RandomBytes(4096, 9), [](auto) {}));
-  ASSERT_OK(store_->SyncDeferred());
+  ASSERT_OK(store_->Put(K("d/a"), RandomBytes(4096, 9), kDeferred));
+  ASSERT_OK(store_->Sync());
   EXPECT_EQ(store_->Stat(K("d/a"))->size, 4096u);
   ASSERT_OK(store_->RemoveFolder(K("d/")));
   EXPECT_EQ(store_->Stat(K("d/a")).status().code(), Code::kNotFound);
@@ -455,26 +505,36 @@ TEST_P(StoreConformance, PutReplaces) {
   EXPECT_EQ((*listed)[0].size, 10u);
 }
 
-// PutObserved shows every byte it stores, in order, once; what it shows is
-// what a read returns.
-TEST_P(StoreConformance, PutObservedShowsEveryByteOnceInOrder) {
-  for (size_t size : {size_t{0}, size_t{1}, size_t{300} << 10, (size_t{9} << 20) + 7}) {
-    const std::string key = K("seen-" + std::to_string(size));
-    const std::vector<std::byte> want = RandomBytes(size, size + 5);
-    std::vector<std::byte> seen;
-    size_t calls = 0;
-    ASSERT_OK(store_->PutObserved(key, want, [&](std::span<const std::byte> p) {
-      seen.insert(seen.end(), p.begin(), p.end());
-      ++calls;
-    }));
-    EXPECT_TRUE(seen == want) << key << ": shown " << seen.size() << " bytes of " << size;
-    if (size > 0) {
-      EXPECT_GE(calls, 1u) << key;
+// WriteOptions::observer sees every byte a Put stores, in order, once, with
+// every other option; what it sees is what a read returns.
+TEST_P(StoreConformance, PutObserverSeesEveryByteOnceInOrder) {
+  for (WriteOptions o : {kDurable, kDeferred}) {
+    for (bool if_absent : {false, true}) {
+      o.if_absent = if_absent;
+      for (size_t size : {size_t{0}, size_t{1}, size_t{300} << 10, (size_t{9} << 20) + 7}) {
+        const std::string key =
+            K("seen-" + DurabilityName(o) + (if_absent ? "-new-" : "-") + std::to_string(size));
+        SCOPED_TRACE(key);
+        const std::vector<std::byte> want = RandomBytes(size, size + 5);
+        std::vector<std::byte> seen;
+        size_t calls = 0;
+        const PutObserver see = [&](std::span<const std::byte> p) {
+          seen.insert(seen.end(), p.begin(), p.end());
+          ++calls;
+        };
+        o.observer = &see;
+        ASSERT_OK(store_->Put(key, want, o));
+        EXPECT_TRUE(seen == want) << "shown " << seen.size() << " bytes of " << size;
+        if (size > 0) {
+          EXPECT_GE(calls, 1u);
+        }
+        auto got = store_->ReadAll(key);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_TRUE(*got == want);
+      }
     }
-    auto got = store_->ReadAll(key);
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    EXPECT_TRUE(*got == want) << key;
   }
+  ASSERT_OK(store_->Sync());
 }
 
 // A reader racing a writer sees one whole version or the other, never a mix
@@ -1309,7 +1369,7 @@ TEST_P(PosixStoreTest, RemoveEmptyFolderTakesOnlyIdleEmptyFolders) {
 }
 
 // Durability through a power cut (testing::PowerCutDisk): a Put is durable
-// when it returns; a PutObservedDeferred once SyncDeferred() has returned OK,
+// when it returns; a deferred Put once Sync() has returned OK,
 // so that an object Put after the sync (a checkpoint's part record) never
 // survives a crash without the deferred objects before it (its chunks). The
 // control: a file written without any sync is lost, so the cut does drop
@@ -1344,16 +1404,18 @@ TEST_P(PosixStoreTest, PutsAndSyncedDeferredPutsSurviveAPowerCut) {
       auto s = NewPosixStore(root.string(), o);
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       ASSERT_OK((*s)->Put("before", record));
+      // As a checkpoint's chunks are written: deferred, checksummed.
+      const PutObserver see = [](std::span<const std::byte>) {};
       for (const Case& c : synced) {
-        ASSERT_OK((*s)->PutObservedDeferred(c.key, c.data, [](std::span<const std::byte>) {}));
+        ASSERT_OK(
+            (*s)->Put(c.key, c.data, {.durability = Durability::kDeferred, .observer = &see}));
       }
-      ASSERT_OK((*s)->SyncDeferred());
+      ASSERT_OK((*s)->Sync());
       ASSERT_OK((*s)->Put("ck/record", record));
       // Deferred and never synced: may be lost, whole or in part.
       for (int i = 0; i < 4; ++i) {
-        ASSERT_OK((*s)->PutObservedDeferred("ck/after-" + std::to_string(i),
-                                            RandomBytes(3 << 20, i),
-                                            [](std::span<const std::byte>) {}));
+        ASSERT_OK((*s)->Put("ck/after-" + std::to_string(i), RandomBytes(3 << 20, i),
+                            {.durability = Durability::kDeferred, .observer = &see}));
       }
     }  // the store closes its descriptor on the root before the unmount
     testing::WriteFile(root / "control", RandomBytes(64 << 10, 2));
@@ -1404,9 +1466,10 @@ TEST_P(PosixStoreTest, DirectWritesRoundTripEverySizeAndBypassThePageCache) {
         ASSERT_OK(store.Put(key, src));
       } else {
         std::vector<std::byte> seen;
-        ASSERT_OK(store.PutObserved(key, src, [&](std::span<const std::byte> p) {
+        const PutObserver see = [&](std::span<const std::byte> p) {
           seen.insert(seen.end(), p.begin(), p.end());
-        }));
+        };
+        ASSERT_OK(store.Put(key, src, {.observer = &see}));
         EXPECT_TRUE(seen == want) << key << ": shown " << seen.size() << " bytes of " << size;
       }
       auto got = store.ReadAll(key);
@@ -1906,7 +1969,10 @@ class LyingStore final : public Store {
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions& o) override {
     return real_->NewReadQueue(o);
   }
-  Status Put(std::string_view k, std::span<const std::byte> d) override { return real_->Put(k, d); }
+  using Store::Put;
+  Status Put(std::string_view k, std::span<const std::byte> d, const WriteOptions& o) override {
+    return real_->Put(k, d, o);
+  }
   Result<ObjectInfo> Stat(std::string_view k) override {
     auto info = real_->Stat(k);
     if (info.ok()) info->size = static_cast<uint64_t>(int64_t(info->size) + lie);

@@ -414,7 +414,7 @@ class Checkpointer {
   virtual Result<std::string> Latest() = 0;
 
   // A new automatic name, ckpt-NNNNNN (six or more digits), claimed under the
-  // root by an atomic create (Store::Create of NAME/claim): no two callers,
+  // root by an exclusive create (Store::Put of NAME/claim, if_absent): no two callers,
   // in one process or several, get the same one, and names that checkpoints
   // already have are skipped. The claim is an object under NAME/ that Remove
   // deletes with the rest.

@@ -6,18 +6,17 @@
 // What is retried: Read and ReadAll, each request of a ReadQueue (resubmitted
 // by the queue itself: the caller sees one completion per request, after the
 // last attempt), OpenReader and every ReadV of the readers it returns; and,
-// when the writer says so (RetryOptions::writes), Put, PutObserved,
-// PutObservedDeferred, Create and CreateDeferred. SyncDeferred, Stat, List,
-// Remove and RemoveFolder pass through unchanged. A retryable error that
-// remains after retries says how many attempts were made ("(after 4
-// attempts)").
+// when the writer says so (RetryOptions::writes), Put, whatever its
+// WriteOptions. Sync, Stat, List, Remove and RemoveFolder pass through
+// unchanged. A retryable error that remains after retries says how many
+// attempts were made ("(after 4 attempts)").
 //
-// A retried PutObserved* shows its observer each byte once, in order, over
+// A retried Put with an observer shows it each byte once, in order, over
 // all attempts (a later attempt shows only what the earlier ones did not
 // reach), so a checksum taken as the bytes are written stays right. A
-// retried Create* may fail with AlreadyExists when an earlier attempt did
-// create the object before its error: the creator tells that case by the
-// object's contents.
+// retried if_absent Put may fail with AlreadyExists when an earlier attempt
+// did create the object before its error: the creator tells that case by
+// the object's contents.
 //
 // Thread safety: as the wrapped store. A ReadQueue from it is used by one
 // thread, as any ReadQueue; its ObjectReaders by any number at once.
@@ -61,13 +60,9 @@ class RetryingStore final : public StoreWrapper {
   Result<size_t> Read(std::string_view key, uint64_t offset, std::span<std::byte> dst) override;
   Result<std::vector<std::byte>> ReadAll(std::string_view key) override;
   Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view key) override;
-  Status Put(std::string_view key, std::span<const std::byte> data) override;
-  Status PutObserved(std::string_view key, std::span<const std::byte> data,
-                     const PutObserver& see) override;
-  Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
-                             const PutObserver& see) override;
-  Status Create(std::string_view key, std::span<const std::byte> data) override;
-  Status CreateDeferred(std::string_view key, std::span<const std::byte> data) override;
+  using StoreWrapper::Put;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             const WriteOptions& options) override;
   StoreDescription Describe() const override { return DescribeWithLayer("retry"); }
   // Retrying changes neither where bytes come from nor what a read costs.
 

@@ -194,6 +194,50 @@ struct StoreCapabilities {
   // ObjectReader::Map works: the objects are files (POSIX, or the node
   // cache's copies) or bytes in memory. Default: false.
   bool mapped_reads = false;
+  // Put with WriteOptions::if_absent works (POSIX, RADOS, memory); where it
+  // does not, such a Put is Unsupported. Default: false.
+  bool exclusive_create = false;
+};
+
+// Sees the bytes of a Put as it writes them (WriteOptions::observer).
+using PutObserver = std::function<void(std::span<const std::byte>)>;
+
+// When a Put's object is durable (WriteOptions::durability).
+enum class Durability {
+  // On return (POSIX: file and directory fsync'ed).
+  kDurable,
+  // After the next Store::Sync() that returns OK. On return the object is
+  // whole and visible, atomic as a durable Put is (a killed writer leaves the
+  // old object or the new one), but a machine crash before that Sync may
+  // lose it or leave it short. For many objects made durable together, then
+  // committed by a durable Put that names them (a checkpoint's chunks, then
+  // its manifest): one Sync() costs one flush of the device where each
+  // durable Put pays its own (POSIX: a file and a directory fsync). A store
+  // that cannot defer (RADOS, memory; POSIX on a network file system) makes
+  // the object durable on return.
+  kDeferred,
+};
+
+// How Store::Put writes an object. The defaults: a durable replace, unseen.
+struct WriteOptions {
+  // Default: kDurable.
+  Durability durability = Durability::kDurable;
+  // Exclusive create: the object is written only if no object has the key,
+  // AlreadyExists otherwise (an existing object is left as it was). Of
+  // writers that create one key at the same time, from any processes and
+  // machines, exactly one succeeds (POSIX: link(2) of a synced temporary
+  // file; RADOS: an exclusive create in the write operation). For claims: a
+  // checkpoint's sequence number, an automatic name. Unsupported where the
+  // store cannot (StoreCapabilities::exclusive_create). Default: off.
+  bool if_absent = false;
+  // Shown every byte of the data, in order, in pieces, each once, on the
+  // calling thread, as they are written: a caller that checksums what it
+  // stores reads its data once instead of twice. (The POSIX store hands over
+  // each piece next to its copy into the page cache or an aligned buffer,
+  // while the piece is in cache; a store without such a copy shows all of
+  // the data before writing it.) A failed Put may have shown only a prefix;
+  // a retry starts over. Must outlive the call. Default: none.
+  const PutObserver* observer = nullptr;
 };
 
 // What a store is, for reports and metrics labels: its backend, where its
@@ -247,52 +291,26 @@ class Store {
 
   // Writes a whole object atomically: a reader sees the old object or the new
   // one, never a mix or a prefix, also when the writer is killed part way.
-  // Replaces an existing object. On return the object is durable (POSIX:
-  // file and directory fsync'ed).
-  virtual Status Put(std::string_view key, std::span<const std::byte> data) = 0;
+  // Replaces an existing object unless options.if_absent. When it is durable,
+  // whether its bytes are shown as written and whether it may replace: see
+  // WriteOptions. The one write of a store: a decorator that must see every
+  // write overrides this.
+  virtual Status Put(std::string_view key, std::span<const std::byte> data,
+                     const WriteOptions& options) = 0;
+  // A durable replace, unseen: Put with the default WriteOptions. Not
+  // virtual: a class that overrides Put brings this one back with
+  // `using Store::Put;`.
+  Status Put(std::string_view key, std::span<const std::byte> data) {
+    return Put(key, data, WriteOptions{});
+  }
 
-  // Put that also shows every byte of `data` to `see`, in order, in pieces,
-  // each once, on the calling thread, as it writes them: a caller that
-  // checksums what it stores reads its data once instead of twice. (The
-  // POSIX store hands over each piece next to its copy into the page cache
-  // or an aligned buffer, while the piece is in cache.) A failed Put may have
-  // shown only a prefix; a retry starts over. The default shows all of
-  // `data` and then calls Put, so a decorator's Put sees the write.
-  using PutObserver = std::function<void(std::span<const std::byte>)>;
-  virtual Status PutObserved(std::string_view key, std::span<const std::byte> data,
-                             const PutObserver& see);
-
-  // PutObserved whose durability may wait for the next SyncDeferred(): on
-  // return the object is whole and visible, atomic as with Put (a killed
-  // writer leaves the old object or the new one), but a machine crash before
-  // SyncDeferred() returns OK may lose it or leave it short. For many objects
-  // made durable together, then committed by a durable Put that names them
-  // (a checkpoint's chunks, then its manifest): one SyncDeferred() costs one
-  // flush of the device where each Put pays its own (POSIX: a file and a
-  // directory fsync). The default is PutObserved, durable on return.
-  virtual Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
-                                     const PutObserver& see);
-  // Makes every object this store wrote with PutObservedDeferred durable.
+  // Makes every object this store wrote with Durability::kDeferred durable.
   // An error means some of them may not be: write them again (a second call
   // does not report the same error again). POSIX, on a local file system:
   // syncfs of the store's file system (one journal commit and device flush;
   // it also writes back other programs' dirty data there); elsewhere the
   // deferred Puts were durable already and this returns OK. Default: OK.
-  virtual Status SyncDeferred() { return Status::Ok(); }
-
-  // Writes a new object, atomically and durably as Put does, only if no
-  // object has `key`: AlreadyExists otherwise. Of writers that create one key
-  // at the same time, from any processes and machines, exactly one succeeds
-  // (POSIX: link(2) of a synced temporary file; RADOS: an exclusive create
-  // in the write operation). For claims: a checkpoint's sequence number, an
-  // automatic name. Default: Unsupported.
-  virtual Status Create(std::string_view key, std::span<const std::byte> data);
-  // Create whose durability may wait for the next SyncDeferred(), as
-  // PutObservedDeferred's does: exclusive and atomic on return. The default
-  // is Create, durable on return.
-  virtual Status CreateDeferred(std::string_view key, std::span<const std::byte> data) {
-    return Create(key, data);
-  }
+  virtual Status Sync() { return Status::Ok(); }
 
   // What this store can do cheaply; see StoreCapabilities.
   virtual StoreCapabilities capabilities() const { return {}; }
@@ -341,10 +359,11 @@ class Store {
 // metering, caching, retry) overrides only what it changes and keeps the
 // rest of what the store can do (its queues and readers, wrapped, derive
 // from ReadQueueWrapper and ObjectReaderWrapper): per-sample reads (OpenReader),
-// deferred durability (PutObservedDeferred, SyncDeferred), exclusive
-// creates, folder removal and capabilities. A decorator that must see every
-// write overrides Put, PutObserved, PutObservedDeferred and Create; every
-// read, NewReadQueue, Read, ReadAll and OpenReader.
+// every WriteOptions (deferred durability and Sync, exclusive creates,
+// observers), folder removal and capabilities. A decorator that must see
+// every write overrides Put (the three-argument one, with `using
+// StoreWrapper::Put;`); every read, NewReadQueue, Read, ReadAll and
+// OpenReader.
 class StoreWrapper : public Store {
  public:
   explicit StoreWrapper(std::shared_ptr<Store> target) : target_(std::move(target)) {}
@@ -362,24 +381,11 @@ class StoreWrapper : public Store {
   Result<std::unique_ptr<ObjectReader>> OpenReader(std::string_view k) override {
     return target_->OpenReader(k);
   }
-  Status Put(std::string_view k, std::span<const std::byte> d) override {
-    return target_->Put(k, d);
+  using Store::Put;
+  Status Put(std::string_view k, std::span<const std::byte> d, const WriteOptions& o) override {
+    return target_->Put(k, d, o);
   }
-  Status PutObserved(std::string_view k, std::span<const std::byte> d,
-                     const PutObserver& see) override {
-    return target_->PutObserved(k, d, see);
-  }
-  Status PutObservedDeferred(std::string_view k, std::span<const std::byte> d,
-                             const PutObserver& see) override {
-    return target_->PutObservedDeferred(k, d, see);
-  }
-  Status SyncDeferred() override { return target_->SyncDeferred(); }
-  Status Create(std::string_view k, std::span<const std::byte> d) override {
-    return target_->Create(k, d);
-  }
-  Status CreateDeferred(std::string_view k, std::span<const std::byte> d) override {
-    return target_->CreateDeferred(k, d);
-  }
+  Status Sync() override { return target_->Sync(); }
   StoreCapabilities capabilities() const override { return target_->capabilities(); }
   Result<ObjectInfo> Stat(std::string_view k) override { return target_->Stat(k); }
   Result<std::vector<ObjectInfo>> List(std::string_view p) override { return target_->List(p); }

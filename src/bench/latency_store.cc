@@ -89,9 +89,10 @@ class LatencyStore final : public StoreWrapper {
     round_trip_->Pay();
     return StoreWrapper::ReadAll(k);
   }
-  Status Put(std::string_view k, std::span<const std::byte> d) override {
+  using StoreWrapper::Put;
+  Status Put(std::string_view k, std::span<const std::byte> d, const WriteOptions& o) override {
     round_trip_->Pay();
-    return StoreWrapper::Put(k, d);
+    return StoreWrapper::Put(k, d, o);
   }
   Result<ObjectInfo> Stat(std::string_view k) override {
     round_trip_->Pay();

@@ -101,7 +101,9 @@ class SyntheticShardStore final : public StoreWrapper {
   }
 
   const std::string& uri() const override { return uri_; }
-  StoreCapabilities capabilities() const override { return {}; }
+  StoreCapabilities capabilities() const override {
+    return {.exclusive_create = target()->capabilities().exclusive_create};
+  }
 
   Result<std::unique_ptr<ReadQueue>> NewReadQueue(const ReadQueueOptions&) override {
     return std::unique_ptr<ReadQueue>(new SyncQueue(this));
@@ -146,23 +148,10 @@ class SyntheticShardStore final : public StoreWrapper {
     for (auto& o : all) keys.push_back(std::move(o.key));
     return keys;
   }
-  Status Put(std::string_view key, std::span<const std::byte> d) override {
+  using StoreWrapper::Put;
+  Status Put(std::string_view key, std::span<const std::byte> d, const WriteOptions& o) override {
     if (ShardNumber(key) >= 0) return ReadOnly(key);
-    return target()->Put(key, d);
-  }
-  Status PutObserved(std::string_view key, std::span<const std::byte> d,
-                     const PutObserver& see) override {
-    if (ShardNumber(key) >= 0) return ReadOnly(key);
-    return target()->PutObserved(key, d, see);
-  }
-  Status PutObservedDeferred(std::string_view key, std::span<const std::byte> d,
-                             const PutObserver& see) override {
-    if (ShardNumber(key) >= 0) return ReadOnly(key);
-    return target()->PutObservedDeferred(key, d, see);
-  }
-  Status Create(std::string_view key, std::span<const std::byte> d) override {
-    if (ShardNumber(key) >= 0) return ReadOnly(key);
-    return target()->Create(key, d);
+    return target()->Put(key, d, o);
   }
   Status Remove(std::string_view key) override {
     if (ShardNumber(key) >= 0) return ReadOnly(key);

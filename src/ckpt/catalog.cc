@@ -120,7 +120,7 @@ Status Catalog::PutNumber(std::string_view key, uint64_t n) {
 // index, not two.
 void Catalog::PutHint(std::string_view key, uint64_t n) {
   const std::string s = std::to_string(n) + "\n";
-  (void)store_->PutObservedDeferred(key, Bytes(s), [](std::span<const std::byte>) {});
+  (void)store_->Put(key, Bytes(s), {.durability = Durability::kDeferred});
 }
 
 Result<std::string> Catalog::ReadEntry(uint64_t sequence) {
@@ -153,7 +153,7 @@ Result<uint64_t> Catalog::BuildIndex() {
   for (const CheckpointListing& l : all) {
     if (!l.committed || !l.problem.empty() || l.sequence == 0) continue;
     const std::string entry = l.name + "\n";
-    Status s = store_->Create(SequenceKey(l.sequence), Bytes(entry));
+    Status s = store_->Put(SequenceKey(l.sequence), Bytes(entry), {.if_absent = true});
     if (!s.ok() && s.code() != Code::kAlreadyExists) return s.WithContext("indexing " + uri());
     lo = lo == 0 ? l.sequence : std::min(lo, l.sequence);
     hi = std::max(hi, l.sequence);
@@ -174,7 +174,8 @@ Result<uint64_t> Catalog::Claim(const std::string& name) {
   STOKER_ASSIGN_OR_RETURN(uint64_t head, Head());
   const std::string entry = name + "\n";
   for (uint64_t s = head + 1; s <= head + kMaxProbes; ++s) {
-    Status c = store_->CreateDeferred(SequenceKey(s), Bytes(entry));
+    Status c = store_->Put(SequenceKey(s), Bytes(entry),
+                           {.durability = Durability::kDeferred, .if_absent = true});
     if (c.code() == Code::kAlreadyExists) {
       // Ours after all when a retried create had reached the store.
       auto e = ReadEntry(s);
@@ -382,7 +383,7 @@ Result<std::string> Catalog::ClaimName(std::string_view prefix) {
     STOKER_RETURN_IF_ERROR(ValidateCheckpointName(name));
     STOKER_ASSIGN_OR_RETURN(bool committed, HasManifest(name));
     if (committed) continue;  // a checkpoint of a stoker without claims
-    Status c = store_->Create(name + "/claim", Bytes(token));
+    Status c = store_->Put(name + "/claim", Bytes(token), {.if_absent = true});
     if (c.code() == Code::kAlreadyExists) {
       auto theirs = store_->ReadAll(name + "/claim");
       if (!theirs.ok() || !std::ranges::equal(*theirs, Bytes(token))) continue;

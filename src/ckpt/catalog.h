@@ -10,7 +10,7 @@
 //
 // Thread safety: safe for concurrent use, also by several processes on one
 // root: sequence numbers and automatic names are claimed by creating an
-// object (Store::Create), which exactly one claimant wins.
+// object (Store::Put with if_absent), which exactly one claimant wins.
 #pragma once
 
 #include <memory>
@@ -43,8 +43,8 @@ class Catalog {
   Result<CheckpointManifest> ReadManifest(const std::string& name);
 
   // §1.1 step 3's sequence number for `name`, claimed in the index (§7.1)
-  // with Store::CreateDeferred: its durability rides on the store's next
-  // SyncDeferred(), which the save makes for its chunks before any record
+  // by a deferred if_absent Put: its durability rides on the store's next
+  // Sync(), which the save makes for its chunks before any record
   // names them, so a commit pays for no durable write more than the
   // manifest and `latest`. Release() gives back a claim whose save failed.
   Result<uint64_t> Claim(const std::string& name);

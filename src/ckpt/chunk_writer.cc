@@ -169,11 +169,13 @@ Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
     ci.offset = c.offset;
     // The checksum is taken as the store writes the bytes (one pass over
     // them, not two; a retried write shows each byte once); the chunk's
-    // durability waits for SyncDeferred below.
+    // durability waits for the Sync below.
+    WriteOptions deferred{.durability = Durability::kDeferred};
     if (block_bytes > 0) {
       BlockHasher blocks(block_bytes);
-      Status put = store_->PutObservedDeferred(
-          ci.key, data, [&blocks](std::span<const std::byte> p) { blocks.Update(p); });
+      const PutObserver see = [&blocks](std::span<const std::byte> p) { blocks.Update(p); };
+      deferred.observer = &see;
+      Status put = store_->Put(ci.key, data, deferred);
       if (put.ok()) {
         ci.block_bytes = block_bytes;
         ci.block_hashes = blocks.Finish();
@@ -181,15 +183,16 @@ Result<RankPart> ChunkWriter::Write(const std::string& name, uint32_t rank,
       return put;
     }
     format::Hash64Stream stream;
-    Status put = store_->PutObservedDeferred(
-        ci.key, data, [&stream](std::span<const std::byte> p) { stream.Update(p); });
+    const PutObserver see = [&stream](std::span<const std::byte> p) { stream.Update(p); };
+    deferred.observer = &see;
+    Status put = store_->Put(ci.key, data, deferred);
     if (put.ok()) ci.hash = stream.Digest();
     return put;
   });
   // Every chunk durable at once (one flush, not one per chunk), before the
   // record that names them. Not retried: a failed sync does not say which
   // chunks it lost, and a second one would not report it again.
-  if (s.ok()) s = store_->SyncDeferred();
+  if (s.ok()) s = store_->Sync();
   if (!s.ok()) return s;
   return part;
 }

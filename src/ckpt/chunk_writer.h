@@ -92,7 +92,7 @@ class ChunkWriter {
 
   // §1.1 step 1: writes the chunks of `rank`'s stream of checkpoint `name` in
   // parallel, each checksummed as it is written (and retried by the store),
-  // then makes them durable together (Store::SyncDeferred); returns the part
+  // then makes them durable together (Store::Sync); returns the part
   // with its chunks.
   // `block_bytes` > 0: each chunk gets a checksum per block of that size
   // (format 2, §4.1); 0: one per chunk (format 1).

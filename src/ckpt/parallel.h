@@ -40,7 +40,7 @@ namespace stoker::ckpt {
 // write_retries and retry_backoff): a RetryingStore that retries writes and
 // reads whose error is retryable, `retries` times, waiting `backoff` and
 // doubling it each time, with no deadline beyond that. The chunk writer and
-// the catalog write through it; a sync is not retried (Store::SyncDeferred).
+// the catalog write through it; a sync is not retried (Store::Sync).
 std::shared_ptr<Store> WithWriteRetries(std::shared_ptr<Store> store, uint32_t retries,
                                         std::chrono::milliseconds backoff);
 

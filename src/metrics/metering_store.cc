@@ -100,25 +100,11 @@ class MeteringStoreImpl final : public StoreWrapper {
     return std::unique_ptr<ObjectReader>(std::make_unique<MeteredReader>(std::move(*r), c_));
   }
 
-  Status Put(std::string_view k, std::span<const std::byte> d) override {
-    return Write([&] { return target()->Put(k, d); }, d.size());
-  }
-  Status PutObserved(std::string_view k, std::span<const std::byte> d,
-                     const PutObserver& see) override {
-    return Write([&] { return target()->PutObserved(k, d, see); }, d.size());
-  }
-  Status PutObservedDeferred(std::string_view k, std::span<const std::byte> d,
-                             const PutObserver& see) override {
-    return Write([&] { return target()->PutObservedDeferred(k, d, see); }, d.size());
-  }
-  Status SyncDeferred() override { return target()->SyncDeferred(); }
-  // Claims (a checkpoint's sequence, an automatic name): writes, and an
-  // AlreadyExists among their errors.
-  Status Create(std::string_view k, std::span<const std::byte> d) override {
-    return Write([&] { return target()->Create(k, d); }, d.size());
-  }
-  Status CreateDeferred(std::string_view k, std::span<const std::byte> d) override {
-    return Write([&] { return target()->CreateDeferred(k, d); }, d.size());
+  // Every write, exclusive creates (claims: a checkpoint's sequence, an
+  // automatic name) included, with an AlreadyExists among their errors.
+  using StoreWrapper::Put;
+  Status Put(std::string_view k, std::span<const std::byte> d, const WriteOptions& o) override {
+    return Write([&] { return target()->Put(k, d, o); }, d.size());
   }
 
   Result<ObjectInfo> Stat(std::string_view k) override {

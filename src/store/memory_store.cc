@@ -131,13 +131,23 @@ class MemoryStore final : public Store {
     return *object;
   }
 
-  Status Put(std::string_view key, std::span<const std::byte> data) override {
+  // Durable on return whatever options.durability says (as durable as
+  // memory gets); the observer sees the data whole before it is copied.
+  using Store::Put;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             const WriteOptions& options) override {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
+    if (options.observer != nullptr) (*options.observer)(data);
     // Copy outside the lock; publish with one pointer swap.
     auto object = std::make_shared<const Bytes>(data.begin(), data.end());
     std::shared_ptr<const Bytes> old;
     {
       std::lock_guard lock(state_->mu);
+      if (options.if_absent) {
+        auto [it, inserted] = state_->objects.try_emplace(std::string(key), std::move(object));
+        if (!inserted) return AlreadyExists(state_->uri + ": " + Quote(key) + ": exists");
+        return Status::Ok();
+      }
       auto& slot = state_->objects[std::string(key)];
       old = std::move(slot);  // freed outside the lock
       slot = std::move(object);
@@ -145,17 +155,11 @@ class MemoryStore final : public Store {
     return Status::Ok();
   }
 
-  Status Create(std::string_view key, std::span<const std::byte> data) override {
-    STOKER_RETURN_IF_ERROR(ValidateKey(key));
-    auto object = std::make_shared<const Bytes>(data.begin(), data.end());
-    std::lock_guard lock(state_->mu);
-    auto [it, inserted] = state_->objects.try_emplace(std::string(key), std::move(object));
-    if (!inserted) return AlreadyExists(state_->uri + ": " + Quote(key) + ": exists");
-    return Status::Ok();
-  }
-
   StoreCapabilities capabilities() const override {
-    return {.local_reads = true, .prefix_listing = true, .mapped_reads = true};
+    return {.local_reads = true,
+            .prefix_listing = true,
+            .mapped_reads = true,
+            .exclusive_create = true};
   }
 
   Result<ObjectInfo> Stat(std::string_view key) override {

@@ -91,7 +91,7 @@ Status EnsureDir(const std::string& dir, std::string_view key);
 // just before it is copied; with `direct` (fd opened O_DIRECT) the aligned
 // body bypasses the page cache (see posix_io.cc).
 Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path, bool direct,
-                const Store::PutObserver* see);
+                const PutObserver* see);
 
 // The store-wide pool of the thread engine. Clients (read queues) post
 // themselves; a worker calls RunOne, which serves one request and returns

@@ -248,7 +248,7 @@ constexpr size_t kSeePiece = 256 << 10;
 // filesystem refuses (EINVAL: an alignment it needs beyond 4 KiB) drops to
 // buffered writes for the rest, with the same result.
 Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path, bool direct,
-                const Store::PutObserver* see) {
+                const PutObserver* see) {
   // Shows data[at, at + n) to `see`, less what it has seen already (a
   // direct write refused after its block was shown is redone buffered).
   size_t shown = 0;

@@ -218,35 +218,26 @@ class PosixStore final : public Store {
     return data;
   }
 
-  Status Put(std::string_view key, std::span<const std::byte> data) override {
-    return Write(key, data, nullptr, /*defer=*/false);
-  }
-
-  Status PutObserved(std::string_view key, std::span<const std::byte> data,
-                     const PutObserver& see) override {
-    return Write(key, data, &see, /*defer=*/false);
-  }
-
-  Status PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
-                             const PutObserver& see) override {
-    return Write(key, data, &see, /*defer=*/true);
-  }
-
-  // The object is written to a synced temporary file as by Put, then
-  // link(2)ed to its name, which fails (EEXIST) if the name exists: the
-  // file system lets exactly one link win, also over NFS.
-  Status Create(std::string_view key, std::span<const std::byte> data) override {
-    return Write(key, data, nullptr, /*defer=*/false, /*exclusive=*/true);
-  }
-  Status CreateDeferred(std::string_view key, std::span<const std::byte> data) override {
-    return Write(key, data, nullptr, /*defer=*/true, /*exclusive=*/true);
+  // Deferred: the file and directory fsyncs are left to Sync() where it
+  // covers the file (DeferTarget). If absent: the object is written to a
+  // synced temporary file as a durable Put's is, then link(2)ed to its name,
+  // which fails (EEXIST) if the name exists: the file system lets exactly
+  // one link win, also over NFS.
+  using Store::Put;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             const WriteOptions& options) override {
+    return Write(key, data, options.observer, options.durability == Durability::kDeferred,
+                 options.if_absent);
   }
 
   StoreCapabilities capabilities() const override {
-    return {.local_reads = IsLocalFileSystem(root_), .prefix_listing = true, .mapped_reads = true};
+    return {.local_reads = IsLocalFileSystem(root_),
+            .prefix_listing = true,
+            .mapped_reads = true,
+            .exclusive_create = true};
   }
 
-  Status SyncDeferred() override {
+  Status Sync() override {
     int fd;
     {
       std::lock_guard<std::mutex> l(sync_mu_);
@@ -392,12 +383,12 @@ class PosixStore final : public Store {
   }
 
  private:
-  // The file system SyncDeferred() syncs: the root's, opened on the first
+  // The file system Sync() syncs: the root's, opened on the first
   // deferred Put, before its writes (syncfs reports the writeback errors
   // since the open), and only where it is local: a network file system's
   // syncfs need not reach its server, so there every Put stays durable on
   // its own. Returns the device whose files a deferred Put may leave to
-  // SyncDeferred(), or nullopt.
+  // Sync(), or nullopt.
   std::optional<dev_t> DeferTarget() {
     std::lock_guard<std::mutex> l(sync_mu_);
     if (!sync_decided_) {
@@ -420,8 +411,8 @@ class PosixStore final : public Store {
     return sync_dev_;
   }
 
-  // Put, showing each piece to `see` if set (PutObserved); with `defer`, the
-  // file and directory fsyncs are left to SyncDeferred() where it covers the
+  // Put, showing each piece to `see` if set (WriteOptions::observer); with
+  // `defer`, the file and directory fsyncs are left to Sync() where it covers the
   // file (the root's local file system, not a mount below it).
   Status Write(std::string_view key, std::span<const std::byte> data, const PutObserver* see,
                bool defer, bool exclusive = false) {

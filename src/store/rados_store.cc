@@ -324,15 +324,18 @@ class RadosStore final : public Store {
         /*retryable=*/true);
   }
 
-  Status Put(std::string_view key, std::span<const std::byte> data) override {
-    return Write(key, data, /*exclusive=*/false);
+  // Durable on return whatever options.durability says: an OSD acknowledges
+  // a write once every replica has it (so Sync() has nothing to do). If
+  // absent: one operation, an exclusive create (EEXIST, AlreadyExists, when
+  // the object exists) and the write, applied together by the OSD. The
+  // observer sees the data whole before it is sent.
+  using Store::Put;
+  Status Put(std::string_view key, std::span<const std::byte> data,
+             const WriteOptions& options) override {
+    return Write(key, data, options.if_absent, options.observer);
   }
 
-  // One operation: an exclusive create (EEXIST, AlreadyExists, when the
-  // object exists) and the write, applied together by the OSD.
-  Status Create(std::string_view key, std::span<const std::byte> data) override {
-    return Write(key, data, /*exclusive=*/true);
-  }
+  StoreCapabilities capabilities() const override { return {.exclusive_create = true}; }
 
   Result<ObjectInfo> Stat(std::string_view key) override {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
@@ -441,7 +444,8 @@ class RadosStore final : public Store {
     return out;
   }
 
-  Status Write(std::string_view key, std::span<const std::byte> data, bool exclusive) {
+  Status Write(std::string_view key, std::span<const std::byte> data, bool exclusive,
+               const PutObserver* see) {
     STOKER_RETURN_IF_ERROR(ValidateKey(key));
     const std::string object = cluster_->ObjectName(key);
     if (data.size() > cluster_->max_object_bytes) {
@@ -450,6 +454,7 @@ class RadosStore final : public Store {
                              " bytes is larger than a RADOS object may be (osd_max_object_size " +
                              std::to_string(cluster_->max_object_bytes) + " bytes)");
     }
+    if (see != nullptr) (*see)(data);
     rados_write_op_t op = rados_create_write_op();
     if (exclusive) rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, nullptr);
     rados_write_op_write_full(op, reinterpret_cast<const char*>(data.data()), data.size());

@@ -57,13 +57,13 @@ auto WithRetries(const RetryOptions& o, F attempt) -> decltype(attempt()) {
 }
 
 // `see`, shown each byte of the object once over all attempts of a retried
-// PutObserved*: an attempt shows it only the bytes past those an earlier
+// Put with an observer: an attempt shows it only the bytes past those an earlier
 // attempt reached (the bytes are the same each time).
 class ObserverOnce {
  public:
-  explicit ObserverOnce(const Store::PutObserver& see) : see_(see) {}
+  explicit ObserverOnce(const PutObserver& see) : see_(see) {}
   // The observer for the next attempt.
-  Store::PutObserver Attempt() {
+  PutObserver Attempt() {
     at_ = 0;
     return [this](std::span<const std::byte> piece) {
       const uint64_t skip = shown_ > at_ ? shown_ - at_ : 0;
@@ -76,7 +76,7 @@ class ObserverOnce {
   }
 
  private:
-  const Store::PutObserver& see_;
+  const PutObserver& see_;
   uint64_t shown_ = 0;  // over all attempts
   uint64_t at_ = 0;     // in this attempt
 };
@@ -231,34 +231,19 @@ Result<std::unique_ptr<ObjectReader>> RetryingStore::OpenReader(std::string_view
   return std::unique_ptr<ObjectReader>(new RetryingObjectReader(std::move(inner), options_));
 }
 
-Status RetryingStore::Put(std::string_view key, std::span<const std::byte> data) {
-  if (!options_.writes) return target()->Put(key, data);
-  return WithRetries(options_, [&] { return target()->Put(key, data); });
-}
-
-Status RetryingStore::PutObserved(std::string_view key, std::span<const std::byte> data,
-                                  const PutObserver& see) {
-  if (!options_.writes) return target()->PutObserved(key, data, see);
-  ObserverOnce once(see);
-  return WithRetries(options_, [&] { return target()->PutObserved(key, data, once.Attempt()); });
-}
-
-Status RetryingStore::PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
-                                          const PutObserver& see) {
-  if (!options_.writes) return target()->PutObservedDeferred(key, data, see);
-  ObserverOnce once(see);
-  return WithRetries(options_,
-                     [&] { return target()->PutObservedDeferred(key, data, once.Attempt()); });
-}
-
-Status RetryingStore::Create(std::string_view key, std::span<const std::byte> data) {
-  if (!options_.writes) return target()->Create(key, data);
-  return WithRetries(options_, [&] { return target()->Create(key, data); });
-}
-
-Status RetryingStore::CreateDeferred(std::string_view key, std::span<const std::byte> data) {
-  if (!options_.writes) return target()->CreateDeferred(key, data);
-  return WithRetries(options_, [&] { return target()->CreateDeferred(key, data); });
+Status RetryingStore::Put(std::string_view key, std::span<const std::byte> data,
+                          const WriteOptions& options) {
+  if (!options_.writes) return target()->Put(key, data, options);
+  if (options.observer == nullptr) {
+    return WithRetries(options_, [&] { return target()->Put(key, data, options); });
+  }
+  ObserverOnce once(*options.observer);
+  return WithRetries(options_, [&] {
+    const PutObserver see = once.Attempt();
+    WriteOptions attempt = options;
+    attempt.observer = &see;
+    return target()->Put(key, data, attempt);
+  });
 }
 
 }  // namespace stoker

@@ -184,12 +184,6 @@ Result<std::unique_ptr<ObjectReader>> Store::OpenReader(std::string_view key) {
   return std::unique_ptr<ObjectReader>(std::make_unique<StoreObjectReader>(this, std::string(key)));
 }
 
-Status Store::PutObserved(std::string_view key, std::span<const std::byte> data,
-                          const PutObserver& see) {
-  see(data);
-  return Put(key, data);
-}
-
 StoreDescription Store::Describe() const {
   StoreDescription d;
   d.location = uri();
@@ -227,16 +221,6 @@ Result<bool> Store::RemoveEmptyFolder(std::string_view folder, std::chrono::seco
   STOKER_ASSIGN_OR_RETURN(std::vector<std::string> keys, ListKeys(folder));
   if (!keys.empty()) return false;
   return NotFound("no folder " + Quote(folder) + " at " + uri());
-}
-
-Status Store::Create(std::string_view key, std::span<const std::byte>) {
-  return Unsupported("create of " + Quote(key) + " at " + uri() +
-                     ": this store has no exclusive create (Store::Create)");
-}
-
-Status Store::PutObservedDeferred(std::string_view key, std::span<const std::byte> data,
-                                  const PutObserver& see) {
-  return PutObserved(key, data, see);
 }
 
 Result<std::vector<std::byte>> Store::ReadAll(std::string_view key) {
