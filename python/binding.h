@@ -7,9 +7,15 @@
 
 #include <pybind11/pybind11.h>
 
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "stoker/status.h"
+
+namespace stoker {
+class Checkpointer;
+}  // namespace stoker
 
 namespace stoker::python {
 
@@ -40,5 +46,11 @@ void RegisterMetrics(py::module_& m);  // metrics_binding.cc
 void BindTokens(py::module_& m);       // mix_binding.cc: sequence_* options, _Mix
 void BindWriter(py::module_& m);       // writer_binding.cc: _Writer, commit_parts
 void BindImport(py::module_& m);       // import_binding.cc: import_webdataset, import_jsonl, export_webdataset
+// testing_binding.cc, built into test builds only (STOKER_PYTHON_TESTING):
+// _stoker._testing, hooks for the tests (a gated store).
+void BindTesting(py::module_& m);
+
+// A _Checkpointer over `checkpointer` (ckpt_binding.cc), for the test hooks.
+py::object WrapCheckpointer(const std::string& uri, std::unique_ptr<Checkpointer> checkpointer);
 
 }  // namespace stoker::python

@@ -157,6 +157,10 @@ class CheckpointerHandle {
     }();
     ckpt_ = Unwrap(std::move(r));
   }
+  // Over a Checkpointer made by the caller (the test hooks' gated store,
+  // testing_binding.cc).
+  CheckpointerHandle(const std::string& uri, std::unique_ptr<Checkpointer> checkpointer)
+      : uri_(uri), ckpt_(std::move(checkpointer)) {}
 
   void Save(const std::string& name, const std::vector<TensorArg>& tensors,
             const SaveOptions& options) {
@@ -315,6 +319,11 @@ class CheckpointerHandle {
 
 // ---- end of checkpoints -----------------------------------------------------
 }  // namespace
+
+py::object WrapCheckpointer(const std::string& uri, std::unique_ptr<Checkpointer> checkpointer) {
+  return py::cast(new CheckpointerHandle(uri, std::move(checkpointer)),
+                  py::return_value_policy::take_ownership);
+}
 
 void BindCheckpoints(py::module_& m) {
   // The options struct itself, field by field: its defaults are C++'s.

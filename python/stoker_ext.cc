@@ -189,6 +189,9 @@ PYBIND11_MODULE(_stoker, m) {
   BindWriter(m);
   BindImport(m);
   RegisterMetrics(m);
+#ifdef STOKER_PYTHON_TESTING
+  BindTesting(m);
+#endif
 
   // ---- rank discovery (rank.h; stoker.distributed_env) ----
   m.def(

@@ -660,48 +660,6 @@ def test_loads_a_checkpoint_without_a_structure_as_a_flat_dict(tmp_path):
     assert c.info("raw")["metadata"] == {}
 
 
-# ---- the GIL -------------------------------------------------------------------------------
-
-
-def test_save_and_load_release_the_gil(tmp_path):
-    import threading
-    import time
-
-    root = str(tmp_path / "ckpt")
-    state = {f"t{i}": torch.randn(1 << 20) for i in range(16)}  # 64 MiB, fsynced
-
-    def while_spinning(fn):
-        times, stop = [], []
-
-        def spin():
-            while not stop:
-                times.append(time.perf_counter())
-                time.sleep(0)
-
-        thread = threading.Thread(target=spin, daemon=True)
-        old = sys.getswitchinterval()
-        sys.setswitchinterval(0.001)
-        try:
-            thread.start()
-            time.sleep(0.01)
-            start = time.perf_counter()
-            fn()
-            end = time.perf_counter()
-        finally:
-            stop.append(True)
-            thread.join()
-            sys.setswitchinterval(old)
-        # 20 ms of margin for the switches around the call.
-        return end - start, any(start + 0.02 < t < end - 0.02 for t in times)
-
-    for what, fn in (("save", lambda: stoker.save(state, root, name="g")),
-                     ("load", lambda: stoker.load(root, "g"))):
-        took, others_ran = while_spinning(fn)
-        if took < 0.1:
-            pytest.skip(f"{what} took only {took:.3f} s: too fast to tell")
-        assert others_ran, f"another Python thread must run during {what}"
-
-
 def test_a_pending_async_save_completes_at_exit(tmp_path):
     from conftest import run_python
 

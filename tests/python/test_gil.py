@@ -3,15 +3,18 @@
 No clock decides these tests. Each holds stoker blocked in C++ behind a gate
 that only the test opens: a child process holds the node cache's fetch lock
 (a loader's reads wait on it, as they wait on another rank's fetch) or is the
-only writer of a FIFO that pack reads its list of sources from. While the
-call is blocked, the test's own thread must run Python; only then does it
-open the gate. If the call kept the GIL, the test's thread could not run
-until the child gave up on it (DEADMAN_S, a bound on a hang, not a speed)
-and opened the gate itself, and the test fails saying so.
+only writer of a FIFO that pack reads its list of sources from; a save or a
+load waits inside its store, in a gate of the test builds' hooks
+(_stoker._testing.StoreGate, python/testing_binding.cc). While the call is
+blocked, the test's own thread must run Python; only then does it open the
+gate. If the call kept the GIL, the test's thread could not run until the
+gate gave up on it (DEADMAN_S, a bound on a hang, not a speed) and opened
+itself, and the test fails saying so.
 """
 
 import contextlib
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -19,6 +22,7 @@ import threading
 import pytest
 
 import stoker
+from stoker import _stoker
 
 DEADMAN_S = 60
 GAVE_UP = 3  # the child's exit code when the deadman opened the gate
@@ -142,3 +146,45 @@ def test_pack_releases_the_gil(tmp_path, no_forced_switch):
         assert child.stdout.readline() == "open\n"
         info = open_gate(child, call, "pack")
     assert info["samples"] == 100
+
+
+def python_runs_here():
+    """A round trip through another Python thread: this thread and that one
+    both ran Python."""
+    there, back = queue.Queue(), queue.Queue()
+    echo = threading.Thread(target=lambda: back.put(there.get() + 1), daemon=True)
+    echo.start()
+    there.put(41)
+    assert back.get(timeout=DEADMAN_S) == 42
+    echo.join()
+
+
+def test_save_and_load_release_the_gil(tmp_path, no_forced_switch):
+    if not hasattr(_stoker, "_testing"):
+        pytest.skip("a build without the tests' hooks (STOKER_BUILD_TESTS off)")
+    import torch
+
+    root = str(tmp_path / "ckpt")
+    state = {f"t{i}": torch.full((1 << 10,), float(i)) for i in range(4)}
+    c = stoker.Checkpointer(root)
+    gate = _stoker._testing.StoreGate(DEADMAN_S)
+    c._impl = _stoker._testing.gated_checkpointer(root, c._options, gate)
+    try:
+        for what, fn in (("save", lambda: c.save(state, "g")), ("load", lambda: c.load("g"))):
+            gate.arm()
+            call = Call(fn)
+            # start() returns once the call's thread let go of the GIL: in
+            # the store (the gate), or earlier, or once it finished.
+            call.thread.start()
+            held, where = gate.wait_held(DEADMAN_S)
+            assert held, f"{what} never reached its store"
+            assert not call.finished, f"{what} finished before this thread could run"
+            python_runs_here()  # while the call waits in the store
+            assert not call.finished
+            gate.release()
+            result = call.join()
+            assert not gate.gave_up, \
+                f"{what} ({where}) kept the GIL while it waited: the gate's deadman let it go"
+        assert all(torch.equal(result[k], v) for k, v in state.items())
+    finally:
+        c.close()
