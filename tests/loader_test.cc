@@ -710,15 +710,17 @@ class BlockingReads final : public StoreWrapper {
   }
 
  private:
-  struct Reader final : ObjectReader {
-    Reader(std::unique_ptr<ObjectReader> r, BlockingReads* s) : inner(std::move(r)), store(s) {}
+  // Map, WillNeed and CountMapped forwarded by the wrapper.
+  struct Reader final : ObjectReaderWrapper {
+    Reader(std::unique_ptr<ObjectReader> r, BlockingReads* s)
+        : ObjectReaderWrapper(std::move(r)), store(s) {}
     Result<size_t> ReadV(uint64_t o, std::span<const std::span<std::byte>> d) override {
-      std::unique_lock lock(store->mu_);
-      store->cv_.wait(lock, [&] { return store->released_; });
-      return inner->ReadV(o, d);
+      {
+        std::unique_lock lock(store->mu_);
+        store->cv_.wait(lock, [&] { return store->released_; });
+      }
+      return ObjectReaderWrapper::ReadV(o, d);
     }
-    Result<std::span<const std::byte>> Map() override { return inner->Map(); }
-    std::unique_ptr<ObjectReader> inner;
     BlockingReads* store;
   };
   std::mutex mu_;
@@ -769,17 +771,15 @@ class CutAfterMapping final : public StoreWrapper {
   }
 
  private:
-  struct Reader final : ObjectReader {
-    Reader(std::unique_ptr<ObjectReader> r, CutAfterMapping* s) : inner(std::move(r)), store(s) {}
-    Result<size_t> ReadV(uint64_t o, std::span<const std::span<std::byte>> d) override {
-      return inner->ReadV(o, d);
-    }
+  // ReadV, WillNeed and CountMapped forwarded by the wrapper.
+  struct Reader final : ObjectReaderWrapper {
+    Reader(std::unique_ptr<ObjectReader> r, CutAfterMapping* s)
+        : ObjectReaderWrapper(std::move(r)), store(s) {}
     Result<std::span<const std::byte>> Map() override {
-      auto m = inner->Map();
+      auto m = ObjectReaderWrapper::Map();
       if (m.ok()) fs::resize_file(store->path_, store->keep_);
       return m;
     }
-    std::unique_ptr<ObjectReader> inner;
     CutAfterMapping* store;
   };
   const std::string key_;
