@@ -31,7 +31,7 @@ import weakref
 
 from . import _stoker
 from .dataset import _path
-from .loader import _bool, _int, _rank_world, _seconds, _store_options
+from .options import _bool, _int, _rank_world, _seconds, _store_options
 
 __all__ = ["save", "load", "release", "Checkpointer", "SaveHandle", "ShardedTensor"]
 

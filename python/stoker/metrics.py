@@ -43,7 +43,7 @@ def enable(dir=None, interval=1.0, job=None, rank=None):
     /dev/shm/stoker-metrics), labelled with `job` ($STOKER_JOB, $SLURM_JOB_ID,
     $TORCHELASTIC_RUN_ID or "stoker") and `rank` (from the launcher)."""
     if rank is None:
-        from .loader import distributed_env
+        from .options import distributed_env
         rank = distributed_env().rank
     _stoker._metrics_enable(dir or "", float(interval), job or "", int(rank))
 

@@ -21,7 +21,7 @@ import math
 import os
 
 from . import _stoker
-from .loader import _rank_world, _store_options
+from .options import _rank_world, _store_options
 
 __all__ = ["Mix"]
 
