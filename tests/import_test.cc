@@ -421,7 +421,10 @@ TEST(ImportJsonl, FieldsInferredFromTheFirstLine) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   format::Manifest m;
   auto recs = ReadRecords((d.path() / "ds").string(), &m);
-  ASSERT_EQ(m.fields.size(), 6u);
+  // The six, and the block sums of 'ids', the only integer array of shape
+  // [*]: the field token windows would read (docs/format.md §3.5).
+  ASSERT_EQ(m.fields.size(), 7u);
+  EXPECT_EQ(m.fields[6].block_sums_of, "ids");
   EXPECT_EQ(m.fields[0].Describe(), format::ParseFieldSpec("text", "str")->Describe());
   EXPECT_EQ(m.fields[1].type, FieldType::kInt64);
   EXPECT_EQ(m.fields[2].type, FieldType::kFloat64);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "stoker/dataset.h"
 #include "stoker/import.h"
 #include "stoker/loader.h"
+#include "stoker/writer.h"
 #include "testutil.h"
 
 namespace stoker {
@@ -98,9 +100,11 @@ std::vector<int64_t> Concatenated(const std::vector<std::vector<std::vector<int6
 }
 
 Result<ImportResult> Import(const fs::path& prefix, const std::string& dst,
-                            uint64_t shard_bytes = 4096) {
+                            uint64_t shard_bytes = 4096,
+                            uint32_t block_bytes = format::kDefaultTokenBlockBytes) {
   ImportOptions o;
   o.writer.shard_bytes = shard_bytes;  // many small shards: windows cross shards
+  o.writer.token_block_bytes = block_bytes;
   const std::string p = prefix.string();
   return ImportMegatron(std::span(&p, 1), dst, o);
 }
@@ -137,8 +141,10 @@ TEST(Megatron, ImportsEverySequenceByteForByte) {
   auto r = Import(dir.path() / "corpus_text_document", (dir.path() / "ds").string());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->samples, 40u);
-  EXPECT_EQ(r->manifest.fields.size(), 1u);  // one sequence a document: no document field
+  // One sequence a document: no document field; the tokens' block sums last.
+  ASSERT_EQ(r->manifest.fields.size(), 2u);
   EXPECT_EQ(r->manifest.fields[0].Describe(), "'tokens' (array uint16[*])");
+  EXPECT_EQ(r->manifest.fields[1].block_sums_of, "tokens");
   auto recs = Records((dir.path() / "ds").string(), "tokens");
   std::vector<std::byte> joined;
   for (const auto& rec : recs) joined.insert(joined.end(), rec.begin(), rec.end());
@@ -157,8 +163,9 @@ TEST(Megatron, KeepsDocumentsOfSeveralSequences) {
                                           (dir.path() / "b.bin").string()};
   auto r = ImportMegatron(paths, (dir.path() / "ds").string(), o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ(r->manifest.fields.size(), 2u);
+  ASSERT_EQ(r->manifest.fields.size(), 3u);
   EXPECT_EQ(r->manifest.fields[1].name, "document");
+  EXPECT_EQ(r->manifest.fields[2].name, "tokens_sums");
   std::vector<int64_t> doc_of;
   auto recs = Records((dir.path() / "ds").string(), "tokens", &doc_of, "document");
   ASSERT_EQ(recs.size(), 9u);
@@ -691,25 +698,236 @@ TEST_F(TokenLoaderTest, ReadsOnlyTheWindowsBytes) {
   }
   const uint64_t read = (*l)->stats().bytes_read - index;
   EXPECT_EQ(read, windows * 33 * 2);  // uint16 tokens
-  // Verified: the whole records of the documents each window touches (the
-  // record is the token field alone here), never whole shards.
-  o.sequence_verify = true;
-  auto v = Loader::Open(uri(), o);
-  ASSERT_TRUE(v.ok());
-  std::vector<uint32_t> lens;
-  for (const auto& d : docs_) lens.push_back(uint32_t(d[0].size()));
-  const TokenWindows w = TokenWindows::Build(lens, 32, (*v)->manifest().Id64(), true, o.seed, 0);
-  uint64_t expect = 0;
+}
+
+// Bytes a verified loader of `uri` (uint16 tokens, one field and its block
+// sums after it, or none: `block` 0) reads past the open for an epoch of
+// windows of L, shuffled; and what that reading should be: with block sums
+// the blocks each piece touches and their checksums, one range where less
+// than 512 bytes lie between them (TokenReader's rule), else two; without,
+// the whole records of the documents each window touches.
+void VerifiedEpochBytes(const std::string& uri, const std::vector<uint32_t>& lens, uint32_t L,
+                        uint32_t block, uint64_t* read, uint64_t* expect) {
+  LoaderOptions o;
+  o.sequence_length = L;
+  o.batch_size = 4;
+  o.seed = 7;
+  auto v = Loader::Open(uri, o);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const uint64_t index = (*v)->stats().bytes_read;
+  const TokenWindows w = TokenWindows::Build(lens, L, (*v)->manifest().Id64(), true, o.seed, 0);
+  *expect = 0;
   while (true) {
     auto b = (*v)->Next();
-    if (!b.ok()) break;
+    if (!b.ok()) {
+      ASSERT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+      break;
+    }
     for (uint64_t k : b->sample_ids()) {
       std::vector<TokenPiece> pieces;
       w.Pieces(k, &pieces);
-      for (const TokenPiece& p : pieces) expect += 2 * lens[p.doc];
+      for (const TokenPiece& p : pieces) {
+        const uint64_t F = 2 * lens[p.doc];
+        if (block == 0) {
+          *expect += F;
+          continue;
+        }
+        const uint64_t b0 = 2 * p.begin / block, b1 = (2 * (p.begin + p.count) + block - 1) / block;
+        const uint64_t tokens = std::min(b1 * block, F) - b0 * block, sums = 8 * (b1 - b0);
+        const uint64_t span = F + 8 * b1 - b0 * block;  // sums right after the tokens
+        *expect += span <= tokens + sums + 512 ? span : tokens + sums;
+      }
     }
   }
-  EXPECT_EQ((*v)->stats().bytes_read - index, expect);
+  *read = (*v)->stats().bytes_read - index;
+}
+
+// Documents of 1..2000 uint16 tokens, as the RADOS benchmark's (1..2047).
+std::vector<std::vector<std::vector<int64_t>>> LongDocs(uint32_t n) {
+  std::vector<std::vector<std::vector<int64_t>>> docs;
+  uint64_t x = 3;
+  for (uint32_t d = 0; d < n; ++d) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t len = 1 + uint32_t((x >> 33) % 2000);
+    std::vector<int64_t> seq(len);
+    for (uint32_t t = 0; t < len; ++t) seq[t] = int64_t((x >> 7) + t) % 60000;
+    docs.push_back({seq});
+  }
+  return docs;
+}
+
+// Verified windows read the blocks they touch and those blocks' checksums
+// (docs/format.md §3.5), not the documents whole: for documents of
+// 1..2000 tokens and L = 2048 (the benchmark's shape) at most 1.2x the
+// tokens with 512-byte blocks, where whole documents are ~1.66x.
+TEST(TokenBlockSums, VerifiedWindowsReadOnlyTheirBlocks) {
+  TempDir dir;
+  const auto docs = LongDocs(600);
+  WriteMegatron(dir.path() / "m", docs);
+  std::vector<uint32_t> lens;
+  for (const auto& d : docs) lens.push_back(uint32_t(d[0].size()));
+  for (uint32_t block : {64u, 512u, 0u}) {
+    const std::string uri = (dir.path() / ("ds" + std::to_string(block))).string();
+    auto r = Import(dir.path() / "m", uri, 1 << 20, block);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const auto& fields = r->manifest.fields;
+    if (block == 0) {
+      ASSERT_EQ(fields.size(), 1u);  // as packed before block sums
+    } else {
+      ASSERT_EQ(fields.size(), 2u);
+      EXPECT_EQ(fields[1].name, "tokens_sums");
+      EXPECT_EQ(fields[1].type, format::FieldType::kBytes);
+      EXPECT_EQ(fields[1].block_sums_of, "tokens");
+      EXPECT_EQ(fields[1].block_bytes, block);
+    }
+    for (uint32_t L : {100u, 2048u}) {
+      uint64_t read = 0, expect = 0;
+      VerifiedEpochBytes(uri, lens, L, block, &read, &expect);
+      EXPECT_EQ(read, expect) << "block " << block << " L " << L;
+      const uint64_t windows = (r->manifest.payload_bytes / 2) / L;  // about
+      if (L == 2048 && block == 512) EXPECT_LT(read, 1.2 * windows * 2 * L) << read;
+      if (L == 2048 && block == 0) EXPECT_GT(read, 1.5 * windows * 2 * L) << read;
+    }
+  }
+}
+
+// Every block's checksum is checked: a byte flipped anywhere in a
+// document's tokens is Corruption naming the dataset, the shard, the
+// document and the block; one in a dataset without block sums names the
+// shard and sample (whole-record check).
+TEST(TokenBlockSums, FlippedByteNamesDatasetShardDocumentAndBlock) {
+  TempDir dir;
+  const auto docs = LongDocs(40);
+  WriteMegatron(dir.path() / "m", docs);
+  for (uint32_t block : {512u, 0u}) {
+    const std::string uri = (dir.path() / ("ds" + std::to_string(block))).string();
+    ASSERT_TRUE(Import(dir.path() / "m", uri, 1 << 20, block).ok());
+    const fs::path shard = fs::path(uri) / "shards" / "000000.stks";
+    const std::vector<std::byte> good = testing::ReadFile(shard);
+    // Token byte 1100 (block 2 of 512) of the first document that has one.
+    uint64_t at = format::kShardHeaderBytes;
+    size_t doc = 0;
+    for (; 2 * docs[doc][0].size() <= 1100; ++doc) {
+      const uint64_t bytes = 2 * docs[doc][0].size();
+      at += bytes + (block ? format::BlockSumsBytes(bytes, block) : 0);
+    }
+    std::vector<std::byte> bad = good;
+    bad[at + 1100] ^= std::byte{0x01};
+    WriteBytes(shard, bad);
+    LoaderOptions o;
+    o.sequence_length = 64;
+    o.batch_size = 4;
+    o.shuffle = false;
+    auto l = Loader::Open(uri, o);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    Status st;
+    while (st.ok()) {
+      auto b = (*l)->Next();
+      if (!b.ok()) st = b.status();
+    }
+    ASSERT_EQ(st.code(), Code::kCorruption) << st.ToString();
+    const std::string msg = st.ToString();
+    EXPECT_NE(msg.find(uri), std::string::npos) << msg;
+    EXPECT_NE(msg.find("shards/000000.stks"), std::string::npos) << msg;
+    if (block) {
+      EXPECT_NE(msg.find("document " + std::to_string(doc) + " "), std::string::npos) << msg;
+      EXPECT_NE(msg.find("block 2 of field 'tokens'"), std::string::npos) << msg;
+    } else {
+      EXPECT_NE(msg.find("sample " + std::to_string(doc) + " "), std::string::npos) << msg;
+    }
+    // Verification off reads no checksum: the flipped token is delivered.
+    o.sequence_verify = false;
+    auto u = Loader::Open(uri, o);
+    ASSERT_TRUE(u.ok());
+    while (true) {
+      auto b = (*u)->Next();
+      if (!b.ok()) {
+        EXPECT_EQ(b.status().code(), Code::kOutOfRange) << b.status().ToString();
+        break;
+      }
+    }
+  }
+}
+
+// The block sums' metadata is checked when the dataset opens: a manifest
+// whose block-sums keys are wrong names the manifest and the field; a
+// record whose block-sums field has the wrong length for its tokens names
+// the shard, the sample and the field.
+TEST(TokenBlockSums, BadMetadataIsNamedAtOpen) {
+  TempDir dir;
+  WriteMegatron(dir.path() / "m", LongDocs(20));
+  const std::string uri = (dir.path() / "ds").string();
+  ASSERT_TRUE(Import(dir.path() / "m", uri, 1 << 20).ok());
+  const fs::path mpath = fs::path(uri) / "manifest.stoker";
+  const std::vector<std::byte> good = testing::ReadFile(mpath);
+  auto m = format::DecodeManifest(good, "m");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto open_with = [&](const std::function<void(format::Manifest*)>& edit) {
+    format::Manifest e = *m;
+    edit(&e);
+    const std::string text = format::EncodeManifest(e);
+    WriteBytes(mpath, std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
+                                             reinterpret_cast<const std::byte*>(text.data()) +
+                                                 text.size()));
+    LoaderOptions o;
+    o.sequence_length = 16;
+    auto l = Loader::Open(uri, o);
+    return l.ok() ? Status::Ok() : l.status();
+  };
+  Status st = open_with([](format::Manifest* e) { e->fields[1].block_bytes = 100; });
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.ToString().find("manifest.stoker: fields[1].block_bytes: block_bytes 100"),
+            std::string::npos)
+      << st.ToString();
+  st = open_with([](format::Manifest* e) { e->fields[1].block_sums_of = "nope"; });
+  EXPECT_NE(st.ToString().find("fields[1].block_sums_of: block_sums_of 'nope' names no field"),
+            std::string::npos)
+      << st.ToString();
+  // Blocks of 256 where the records hold sums of 512-byte blocks: each
+  // record of more than 256 token bytes has too few.
+  st = open_with([](format::Manifest* e) { e->fields[1].block_bytes = 256; });
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.ToString().find("shards/000000.stks: sample 0 (global 0): field 'tokens_sums' has"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_NE(st.ToString().find("(8 per block of 256 of the"), std::string::npos) << st.ToString();
+  ASSERT_OK(open_with([](format::Manifest*) {}));
+}
+
+// The writer fills the block sums itself: a schema that holds a block-sums
+// field, or a field of its name, is refused; a bad block size too.
+TEST(TokenBlockSums, WriterRefusesWhatItWouldWriteItself) {
+  TempDir dir;
+  auto tokens = format::ParseFieldSpec("tokens", "uint16[*]");
+  ASSERT_TRUE(tokens.ok());
+  WriterOptions wo;
+  auto w = DatasetWriter::Create((dir.path() / "a").string(),
+                                 {*tokens, format::BlockSumsFieldFor(*tokens, 512)}, wo);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().ToString().find("is a block-sums field"), std::string::npos);
+  auto named = format::ParseFieldSpec("tokens_sums", "bytes");
+  w = DatasetWriter::Create((dir.path() / "b").string(), {*tokens, *named}, wo);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().ToString().find("'tokens_sums' is the name of the block sums"),
+            std::string::npos);
+  wo.token_block_bytes = 0;  // no block sums: the name is the user's
+  ASSERT_TRUE(DatasetWriter::Create((dir.path() / "c").string(), {*tokens, *named}, wo).ok());
+  wo.token_block_bytes = 1000;
+  w = DatasetWriter::Create((dir.path() / "d").string(), {*tokens}, wo);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().ToString().find("token_block_bytes 1000"), std::string::npos);
+  // The writer's fields() are the user's: Write takes one value a field.
+  wo.token_block_bytes = 64;
+  auto ok = DatasetWriter::Create((dir.path() / "e").string(), {*tokens}, wo);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)->fields().size(), 1u);
+  std::vector<std::byte> t(300);
+  format::FieldValue v{t};
+  ASSERT_OK((*ok)->Write(std::span(&v, 1)));
+  auto m = (*ok)->Close();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->fields.size(), 2u);
+  EXPECT_EQ(m->payload_bytes, 300u + 8 * 5);
 }
 
 TEST_F(TokenLoaderTest, CorruptRecordIsNamed) {

@@ -66,7 +66,10 @@ void ExpectRecords(const std::string& uri, uint64_t n, uint64_t first = 0) {
   auto m = ReadManifest(**store);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(m->sample_count, n);
-  EXPECT_EQ(m->fields, Schema());
+  // The schema, and last the block sums of its token field (format.md §3.5).
+  std::vector<FieldSpec> want = Schema();
+  want.push_back(format::BlockSumsFieldFor(want[4], format::kDefaultTokenBlockBytes));
+  EXPECT_EQ(m->fields, want);
   EXPECT_EQ(m->format_version, 3u);
   uint64_t seen = 0;
   for (uint32_t s = 0; s < m->shards.size(); ++s) {

@@ -109,6 +109,18 @@ uint32_t DTypeBytes(DType d);
 // "uint16" -> kUInt16; false for a name that is no dtype.
 bool ParseDType(std::string_view name, DType* out);
 
+// §3.5: the block size of a token field's block checksums, by default.
+// 512 bytes: a window of L = 2048 uint16 tokens (4,098 bytes) whose ends
+// cut documents reads, verified, the blocks holding its two ends whole:
+// B bytes more than its tokens on average (each cut block is read by the
+// windows on both of its sides), so 1 + B / 4098 = 1.125x of the token
+// bytes with uint16 (1.06x with uint32), plus 8 / B = 1.6% for the
+// checksums themselves and the shards' indexes read at open. 1 KiB would be
+// 1.25x + 0.8%, 4 KiB 2x (more than reading whole documents of under 4 KiB).
+// The hash of 512 bytes costs about what the request's bookkeeping does.
+inline constexpr uint32_t kDefaultTokenBlockBytes = 512;
+inline constexpr uint32_t kMinTokenBlockBytes = 64;
+inline constexpr uint32_t kMaxTokenBlockBytes = 1u << 20;
 // An array field's shape has at most this many dimensions (§3.2).
 inline constexpr size_t kMaxArrayDims = 8;
 // A dimension of an array's shape that varies per sample (JSON null).
@@ -127,6 +139,17 @@ struct FieldSpec {
   // the WebDataset exporter gives its members ("seg.png" for a field named
   // seg_png). Empty: the field's name.
   std::string ext;
+  // Optional (format 3, §3.5): this field holds the block checksums of the
+  // token field named here (an integer array of shape [*] of the same
+  // schema): one u64 H(block) per block of `block_bytes` bytes of that
+  // field's value, the last block possibly short. The field is kBytes and
+  // its length in each record is 8 x ceil(token bytes / block_bytes). The
+  // writer adds it (WriterOptions::token_block_bytes); a reader of token
+  // windows checks only the blocks a window touches. Empty: not one.
+  std::string block_sums_of;
+  // The block size of a block-sums field, a power of two in
+  // kMinTokenBlockBytes..kMaxTokenBlockBytes; 0 for any other field.
+  uint32_t block_bytes = 0;
 
   bool operator==(const FieldSpec&) const = default;
   // kArray: bytes of one row (the product of the fixed dimensions times the
@@ -145,6 +168,26 @@ struct FieldSpec {
 // Checks a schema as §2.4 does (1..kMaxFields fields, names, unique names,
 // array dtypes and shapes, exts): InvalidArgument naming the field.
 Status CheckSchema(std::span<const FieldSpec> fields);
+// The name the writer gives the block-sums field of token field `name`:
+// NAME_sums, NAME cut to its first 59 bytes so that the name fits 64.
+std::string BlockSumsFieldName(std::string_view name);
+// The block-sums field (§3.5) of token field `tokens` in blocks of
+// `block_bytes`.
+FieldSpec BlockSumsFieldFor(const FieldSpec& tokens, uint32_t block_bytes);
+// 8 x the number of blocks of `token_bytes` bytes in blocks of
+// `block_bytes`: a block-sums field's length in a record (§3.5).
+constexpr uint64_t BlockSumsBytes(uint64_t token_bytes, uint32_t block_bytes) {
+  return 8 * ((token_bytes + block_bytes - 1) / block_bytes);
+}
+// True for a field that can be a token field: an array of an integer dtype
+// (uint8, uint16, uint32, int32, int64) and shape [*].
+bool TokenShaped(const FieldSpec& f);
+
+// Empty when field j's block-sums keys (§3.5) are right within `fields`
+// (none; or a bytes field whose block_bytes is a power of two in range and
+// whose block_sums_of names a token-shaped field no other field sums),
+// else why not.
+std::string BlockSumsProblem(std::span<const FieldSpec> fields, size_t j);
 // True for a name matching [A-Za-z0-9_]{1,64}.
 bool ValidFieldName(std::string_view name);
 // Parses a field type as users write it: "bytes", "int64", "float32",

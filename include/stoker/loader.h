@@ -230,9 +230,11 @@ struct LoaderOptions {
   // each token is in, from 0): what a block-diagonal attention mask and
   // reset position ids need. Default: off.
   bool sequence_positions = false;
-  // Read whole records and check their checksums (on), or only the tokens'
-  // bytes (off; a record is then checked only when a window holds all of
-  // it). TokenDatasetOptions::verify. Default: on.
+  // Check every token delivered (on: the token blocks a window touches and
+  // their checksums, or in a dataset without block checksums the whole
+  // records), or read only the tokens' bytes (off; a record is then checked
+  // only when a window holds all of it). TokenDatasetOptions::verify.
+  // Default: on.
   bool sequence_verify = true;
 };
 

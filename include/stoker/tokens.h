@@ -12,7 +12,7 @@
 //   TokenDataset: the documents (count, token counts, where each lies) and
 //                 reads of token ranges into int64 / int32 rows, each range
 //                 being only the bytes a window needs (or, checked, the
-//                 records that hold them).
+//                 blocks that hold them and their checksums).
 //   TokenWindows: one epoch's index over the documents' token counts: the
 //                 documents in dataset order (shuffle off) or in an order
 //                 that is a pure function of (dataset, seed, epoch), their
@@ -125,12 +125,14 @@ struct TokenDatasetOptions {
   // The token field. Default: "" = "tokens", else the schema's only array
   // field of an integer dtype and shape [*].
   std::string field;
-  // Default: on: a window's pieces are read as the whole records that hold
-  // them, each checked against its checksum before a token of it is
-  // delivered (docs/format.md §3.3), which reads whole documents where a
-  // window holds only part of one. Off: only the pieces' own bytes are read
-  // (nothing more than the tokens delivered) and a record is checked only
-  // when a piece covers all of it.
+  // Default: on: every token delivered is checked first. Where the token
+  // field has block checksums (docs/format.md §3.5) a piece is read as the
+  // blocks it touches and their checksums, each block checked; in a
+  // dataset without them (packed before §3.5) as the whole record that
+  // holds it, checked against the record's checksum (§3.3), which reads
+  // whole documents where a window holds only part of one. Off: only the
+  // pieces' own bytes are read (nothing more than the tokens delivered)
+  // and a record is checked only when a piece covers all of it.
   bool verify = true;
   // Index reads in flight at open, and a TokenReader's. Default: 32.
   uint32_t reads_in_flight = 32;
@@ -147,7 +149,10 @@ class TokenDataset {
   // Reads every shard's index (the shards' headers and index ranges, never
   // their records) and takes each document's token count and place. Errors:
   // InvalidArgument naming the field when it is missing or not an integer
-  // array of shape [*]; the shard reader's errors naming the shard.
+  // array of shape [*]; the shard reader's errors naming the shard;
+  // Corruption naming the shard, the sample and the field for a record
+  // whose block checksums (docs/format.md §3.5) do not number one per
+  // block of its tokens.
   static Result<std::unique_ptr<TokenDataset>> Open(std::shared_ptr<Store> store,
                                                     format::Manifest manifest,
                                                     const TokenDatasetOptions& options);
@@ -185,8 +190,9 @@ class TokenReader {
   // (which holds exactly their total count), widened to int64 or narrowed
   // to int32 (kInt64 or kInt32; a token above 2^31 - 1 into int32 is
   // OutOfRange naming the document). All reads are submitted at once.
-  // Corruption naming the shard and sample for a record that fails its
-  // checksum; the store's errors naming the shard.
+  // Corruption naming the dataset, the shard, the document and the block
+  // for a token block that fails its checksum (the shard and sample for a
+  // record, without block checksums); the store's errors naming the shard.
   Status Read(std::span<const TokenPiece> pieces, format::DType out_type, std::span<std::byte> out);
   // Bytes this reader has read from the store.
   uint64_t bytes_read() const { return bytes_read_; }

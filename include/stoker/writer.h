@@ -59,6 +59,16 @@ struct WriterOptions {
   // value (docs/format.md §3.2). Default: on; off only for sources already
   // checked (the exporter's own round trip).
   bool check_text = true;
+  // Block checksums of the token field (docs/format.md §3.5): the field a
+  // token loader takes by default ("tokens" when it is an integer array of
+  // shape [*], else the schema's only such field) gets a companion bytes
+  // field NAME_sums, last in the schema, holding one checksum per block of
+  // this many of its bytes, so that a verified window reads only the blocks
+  // it touches instead of whole documents. A power of two in 64..1 MiB, or 0
+  // for none (windows then check whole records, as datasets packed before
+  // §3.5 do). No effect on a schema without a token field. Default: 512
+  // (format::kDefaultTokenBlockBytes, which says why).
+  uint32_t token_block_bytes = format::kDefaultTokenBlockBytes;
   // Called from the writing thread after each stored shard and at Close.
   std::function<void(const WriterProgress&)> progress;
   StoreOptions store;
@@ -67,7 +77,10 @@ struct WriterOptions {
 class DatasetWriter {
  public:
   // A writer of a new dataset into `dst` with schema `fields` (checked as
-  // CheckSchema does; InvalidArgument naming the field).
+  // CheckSchema does; InvalidArgument naming the field). The dataset's
+  // schema is `fields` plus, for a token field, its block-sums field
+  // (WriterOptions::token_block_bytes), which the writer fills itself:
+  // `fields` may not hold one, nor a field of its name.
   static Result<std::unique_ptr<DatasetWriter>> Create(std::shared_ptr<Store> dst,
                                                        std::vector<format::FieldSpec> fields,
                                                        const WriterOptions& options);
@@ -107,6 +120,8 @@ class DatasetWriter {
   Result<format::Manifest> Close();
 
   uint64_t records() const;
+  // The fields Write takes values for: the schema given to Create (the
+  // manifest's, less the block-sums field the writer adds).
   const std::vector<format::FieldSpec>& fields() const;
   const std::string& uri() const;
 

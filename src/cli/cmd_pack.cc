@@ -20,6 +20,7 @@ struct Args {
   bool tokens = false;  // --tokens: token documents
   std::string token_key = "tokens";
   std::string token_dtype = "uint32";
+  uint32_t token_block_bytes = format::kDefaultTokenBlockBytes;
   double shard_mib = 4;
   uint32_t threads = 0;
   bool quiet = false;
@@ -81,6 +82,7 @@ int Import(const Args& a, const std::string& kind, std::span<const std::string> 
   o.skip_bad = a.skip_bad;
   o.writer.shard_bytes = static_cast<uint64_t>(a.shard_mib * (1 << 20));
   o.writer.threads = a.threads;
+  o.writer.token_block_bytes = a.token_block_bytes;
   ProgressBar bar(isatty(STDERR_FILENO) && !a.quiet);
   o.progress = [&bar](const ImportProgress& p) {
     std::string extra = std::to_string(p.samples) + " samples";
@@ -138,6 +140,11 @@ void RegisterPack(CLI::App& app, Action* action) {
                   "Token dtype (--tokens): uint16, uint32 or int32; a token it cannot hold "
                   "fails the pack naming FILE:LINE")
       ->check(CLI::IsMember({"uint8", "uint16", "uint32", "int32", "int64"}))
+      ->capture_default_str();
+  cmd->add_option("--token-block-bytes", args->token_block_bytes,
+                  "Checksum the token field in blocks of this many bytes, so that a verified "
+                  "window reads only the blocks it touches (docs/format.md 3.5); a power of two "
+                  "in 64..1048576, or 0 for whole-record checksums only")
       ->capture_default_str();
   cmd->add_option("--field", args->fields,
                   "NAME:TYPE (repeatable): JSONL fields to take (default: inferred from the "

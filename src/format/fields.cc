@@ -191,8 +191,58 @@ Status CheckSchema(std::span<const FieldSpec> fields) {
       return InvalidArgument("field '" + f.name + "': ext '" + f.ext +
                              "' is not [A-Za-z0-9_.-]{1,64}");
     }
+    if (std::string why = BlockSumsProblem(fields, j); !why.empty()) {
+      return InvalidArgument("field '" + f.name + "': " + why);
+    }
   }
   return Status::Ok();
+}
+
+std::string BlockSumsProblem(std::span<const FieldSpec> fields, size_t j) {
+  const FieldSpec& f = fields[j];
+  if (f.block_sums_of.empty()) {
+    return f.block_bytes == 0 ? std::string() : "block_bytes without block_sums_of";
+  }
+  if (f.type != FieldType::kBytes) return "a block-sums field is of type bytes";
+  const uint32_t b = f.block_bytes;
+  if (b < kMinTokenBlockBytes || b > kMaxTokenBlockBytes || (b & (b - 1)) != 0) {
+    return "block_bytes " + std::to_string(b) + " is not a power of two in " +
+           std::to_string(kMinTokenBlockBytes) + ".." + std::to_string(kMaxTokenBlockBytes);
+  }
+  for (size_t k = 0; k < fields.size(); ++k) {
+    if (k != j && !fields[k].block_sums_of.empty() &&
+        fields[k].block_sums_of == f.block_sums_of) {
+      return "block_sums_of '" + f.block_sums_of + "': field '" + fields[k].name +
+             "' holds that field's block sums too";
+    }
+    if (fields[k].name != f.block_sums_of) continue;
+    if (!TokenShaped(fields[k])) {
+      return "block_sums_of '" + f.block_sums_of + "' (" + fields[k].Describe() +
+             ") is not an integer array of shape [*]";
+    }
+    return {};
+  }
+  return "block_sums_of '" + f.block_sums_of + "' names no field of the schema";
+}
+
+bool TokenShaped(const FieldSpec& f) {
+  const DType d = f.dtype;
+  return f.type == FieldType::kArray && f.shape.size() == 1 && f.shape[0] == kVariableDim &&
+         (d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kUInt32 ||
+          d == DType::kInt32 || d == DType::kInt64);
+}
+
+std::string BlockSumsFieldName(std::string_view name) {
+  return std::string(name.substr(0, kMaxFieldNameBytes - 5)) + "_sums";
+}
+
+FieldSpec BlockSumsFieldFor(const FieldSpec& tokens, uint32_t block_bytes) {
+  FieldSpec s;
+  s.name = BlockSumsFieldName(tokens.name);
+  s.type = FieldType::kBytes;
+  s.block_sums_of = tokens.name;
+  s.block_bytes = block_bytes;
+  return s;
 }
 
 Result<FieldSpec> ParseFieldSpec(std::string_view name, std::string_view type) {
@@ -247,7 +297,10 @@ Result<FieldSpec> ParseFieldSpec(std::string_view name, std::string_view type) {
 
 uint32_t FormatVersionFor(std::span<const FieldSpec> fields) {
   for (const FieldSpec& f : fields) {
-    if ((f.type != FieldType::kBytes && f.type != FieldType::kInt64) || !f.ext.empty()) return 3;
+    if ((f.type != FieldType::kBytes && f.type != FieldType::kInt64) || !f.ext.empty() ||
+        !f.block_sums_of.empty()) {
+      return 3;
+    }
   }
   return 2;
 }

@@ -125,6 +125,18 @@ Status DecodeFieldType(const json& f, const Checker& c, const std::string& path,
       return c.Error(path + ".ext", st.message());
     }
   }
+  // §3.5: a token field's block sums; checked against the other fields once
+  // all are read (DecodeBody).
+  if (version >= 3 && f.contains("block_sums_of")) {
+    STOKER_RETURN_IF_ERROR(c.GetString(f, "block_sums_of", path + ".block_sums_of", &s));
+    spec->block_sums_of = *s;
+    uint64_t b;
+    STOKER_RETURN_IF_ERROR(
+        c.GetUnsigned(f, "block_bytes", path + ".block_bytes", kMaxTokenBlockBytes, &b));
+    spec->block_bytes = static_cast<uint32_t>(b);
+  } else if (version >= 3 && f.contains("block_bytes")) {
+    return c.Error(path + ".block_bytes", "block_bytes without block_sums_of");
+  }
   return Status::Ok();
 }
 
@@ -355,6 +367,14 @@ Status DecodeBody(const json& root, uint32_t header_version, std::string_view wh
     min_record += spec.FixedBytes();
     m->fields.push_back(std::move(spec));
   }
+  for (size_t j = 0; j < m->fields.size(); ++j) {
+    if (std::string why = BlockSumsProblem(m->fields, j); !why.empty()) {
+      const char* key = why.starts_with("block_bytes") ? ".block_bytes"
+                        : why.starts_with("a block-sums") ? ".type"
+                                                           : ".block_sums_of";
+      return c.Error(Indexed("fields", j) + key, why);
+    }
+  }
   const uint64_t entry_bytes = IndexEntryBytes(static_cast<uint32_t>(m->fields.size()));
 
   // classes
@@ -431,6 +451,10 @@ nlohmann::ordered_json BodyHead(const Manifest& m, uint32_t version) {
       }
     }
     if (!f.ext.empty()) fj["ext"] = f.ext;
+    if (!f.block_sums_of.empty()) {
+      fj["block_sums_of"] = f.block_sums_of;
+      fj["block_bytes"] = f.block_bytes;
+    }
     fields.push_back(std::move(fj));
   }
   j["classes"] = m.classes;

@@ -132,6 +132,9 @@ Result<ExportResult> ExportWebDataset(std::string_view src_uri, const std::strin
       for (size_t j = 0; j < m.fields.size(); ++j) {
         if (static_cast<int>(j) == key_field) continue;
         const FieldSpec& f = m.fields[j];
+        // A token field's block sums (docs/format.md §3.5) are the format's,
+        // not a member: an import of the export writes them again.
+        if (!f.block_sums_of.empty()) continue;
         auto data = v.Field(i, static_cast<uint32_t>(j));
         switch (f.type) {
           case FieldType::kInt64:

@@ -157,6 +157,12 @@ struct DatasetWriter::Impl {
   std::shared_ptr<Store> dst;
   WriterOptions options;
   format::Manifest m;  // identity and schema; totals at Close
+  std::vector<FieldSpec> user_fields;  // what Write takes: m.fields less the block sums
+  // The token field whose block sums the writer adds as m.fields' last
+  // (docs/format.md §3.5), or -1; and one record's values with them.
+  int sums_of = -1;
+  std::vector<FieldValue> with_sums;
+  std::vector<std::byte> sums;
   uint32_t threads = 1;
   uint64_t earlier = 0;  // what the note of an earlier writer here covered
   uint64_t noted = 0;    // what our note covers
@@ -324,6 +330,55 @@ struct DatasetWriter::Impl {
   }
 };
 
+namespace {
+
+// The field of `fields` that gets block sums (docs/format.md §3.5): the one
+// TokenDataset takes by default, "tokens" if token-shaped, else the only
+// token-shaped field; -1 for none or with `block_bytes` 0.
+Result<int> TokenFieldForSums(const std::vector<FieldSpec>& fields, uint32_t block_bytes,
+                              const std::string& where) {
+  for (const FieldSpec& f : fields) {
+    if (!f.block_sums_of.empty() || f.block_bytes != 0) {
+      return InvalidArgument(where + ": field '" + f.name +
+                             "' is a block-sums field (block_sums_of '" + f.block_sums_of +
+                             "'): the writer adds those itself (WriterOptions::token_block_bytes)");
+    }
+  }
+  if (block_bytes == 0) return -1;
+  int tokens = -1, shaped = -1, count = 0;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (!format::TokenShaped(fields[i])) continue;
+    if (fields[i].name == "tokens") tokens = int(i);
+    shaped = int(i);
+    ++count;
+  }
+  const int f = tokens >= 0 ? tokens : count == 1 ? shaped : -1;
+  if (f < 0) return -1;
+  if (block_bytes < format::kMinTokenBlockBytes || block_bytes > format::kMaxTokenBlockBytes ||
+      (block_bytes & (block_bytes - 1)) != 0) {
+    return InvalidArgument("token_block_bytes " + std::to_string(block_bytes) +
+                           " is not 0 or a power of two in " +
+                           std::to_string(format::kMinTokenBlockBytes) + ".." +
+                           std::to_string(format::kMaxTokenBlockBytes));
+  }
+  if (fields.size() >= format::kMaxFields) {
+    return InvalidArgument(where + ": " + std::to_string(fields.size()) +
+                           " fields leave no room for the block sums of '" + fields[f].name +
+                           "' (at most " + std::to_string(format::kMaxFields) +
+                           "); set token_block_bytes to 0");
+  }
+  const std::string name = format::BlockSumsFieldName(fields[f].name);
+  for (const FieldSpec& g : fields) {
+    if (g.name == name) {
+      return InvalidArgument(where + ": field '" + name + "' is the name of the block sums of '" +
+                             fields[f].name + "'; rename it or set token_block_bytes to 0");
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
 DatasetWriter::DatasetWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 DatasetWriter::~DatasetWriter() {
@@ -349,11 +404,18 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(std::shared_ptr<Sto
     if (existing.status().code() != Code::kNotFound) return existing.status();
   }
   auto impl = std::make_unique<Impl>();
+  STOKER_ASSIGN_OR_RETURN(impl->sums_of,
+                          TokenFieldForSums(fields, options.token_block_bytes, dst->uri()));
   STOKER_ASSIGN_OR_RETURN(impl->earlier, ReadPending(*dst));
   impl->dst = std::move(dst);
   impl->options = options;
   impl->m.dataset_id = format::NewDatasetId();
+  impl->user_fields = fields;
   impl->m.fields = std::move(fields);
+  if (impl->sums_of >= 0) {
+    impl->m.fields.push_back(
+        format::BlockSumsFieldFor(impl->m.fields[impl->sums_of], options.token_block_bytes));
+  }
   impl->m.classes = options.classes;
   impl->m.created_by = options.created_by.empty()
                            ? std::string("stoker ") + STOKER_VERSION + " writer"
@@ -388,7 +450,7 @@ Status DatasetWriter::Write(std::span<const FieldValue> values) {
   Impl& w = *impl_;
   if (w.closed) return InvalidArgument(w.dst->uri() + ": Write after Close");
   STOKER_RETURN_IF_ERROR(w.Failed());
-  const auto& fields = w.m.fields;
+  const auto& fields = w.user_fields;
   const std::string rec = "record " + std::to_string(w.records);
   if (values.size() != fields.size()) {
     std::string names;
@@ -400,6 +462,19 @@ Status DatasetWriter::Write(std::span<const FieldValue> values) {
     if (std::string why = ValueProblem(fields[f], values[f], w.options.check_text); !why.empty()) {
       return InvalidArgument(rec + ": field " + fields[f].Describe() + " " + why);
     }
+  }
+  if (w.sums_of >= 0) {
+    // §3.5: H of each block of the token bytes, u64 little-endian.
+    const std::span<const std::byte> t = values[w.sums_of].bytes;
+    const uint32_t block = w.m.fields.back().block_bytes;
+    w.sums.resize(format::BlockSumsBytes(t.size(), block));
+    for (size_t b = 0, at = 0; at < t.size(); ++b, at += block) {
+      const uint64_t h = format::Hash64(t.subspan(at, std::min<size_t>(block, t.size() - at)));
+      for (int i = 0; i < 8; ++i) w.sums[8 * b + i] = std::byte(h >> (8 * i));
+    }
+    w.with_sums.assign(values.begin(), values.end());
+    w.with_sums.push_back({std::span<const std::byte>(w.sums)});
+    values = w.with_sums;
   }
   if (w.builder && w.builder->sample_count() > 0 &&
       w.builder->SizeWith(values) > w.options.shard_bytes) {
@@ -497,7 +572,7 @@ Result<format::Manifest> CommitParts(std::string_view dst_uri, uint32_t parts,
 }
 
 uint64_t DatasetWriter::records() const { return impl_->records; }
-const std::vector<FieldSpec>& DatasetWriter::fields() const { return impl_->m.fields; }
+const std::vector<FieldSpec>& DatasetWriter::fields() const { return impl_->user_fields; }
 const std::string& DatasetWriter::uri() const { return impl_->dst->uri(); }
 
 }  // namespace stoker

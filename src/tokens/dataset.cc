@@ -14,15 +14,14 @@ namespace {
 using format::DType;
 using format::ShardView;
 
-bool IntegerDType(DType d) {
-  return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kUInt32 || d == DType::kInt32 ||
-         d == DType::kInt64;
-}
+using format::TokenShaped;
 
-bool TokenShaped(const format::FieldSpec& f) {
-  return f.type == format::FieldType::kArray && IntegerDType(f.dtype) && f.shape.size() == 1 &&
-         f.shape[0] == format::kVariableDim;
-}
+// A verified piece's token blocks and their checksums (docs/format.md §3.5)
+// lie in two ranges of one record; where no more than this many bytes lie
+// between them they are read as one range: a second request costs more
+// than reading a few hundred bytes more (the gap is then most often the
+// checksums of the blocks before the piece, 8 bytes each).
+constexpr uint64_t kMergeGapBytes = 512;
 
 template <typename In>
 int64_t Load(const std::byte* p) {
@@ -56,6 +55,10 @@ struct TokenDataset::Impl {
   uint32_t field_index = 0;
   DType dtype = DType::kUInt16;
   uint32_t token_bytes = 2;
+  // The token field's block-sums field (docs/format.md §3.5), or -1 for a
+  // dataset packed without (checked by whole records).
+  int sums_field = -1;
+  uint32_t block_bytes = 0;
   // One per shard: its index, and the view over it.
   std::vector<std::vector<std::byte>> tails;
   std::vector<ShardView> views;
@@ -73,18 +76,21 @@ struct TokenDataset::Impl {
   }
   // The token field's offset in shard `s` for its sample `local`, and the
   // record's offset and length.
+  // With block sums, `sums_at` is where they lie (else it is left as is).
   void Place(uint32_t s, uint32_t local, uint64_t* tokens_at, uint64_t* record_at,
-             uint64_t* record_bytes) const {
+             uint64_t* record_bytes, uint64_t* sums_at) const {
     const ShardView& v = views[s];
     *record_at = v.RecordOffset(local);
-    uint64_t before = 0, all = 0;
+    uint64_t before = 0, all = 0, before_sums = 0;
     for (uint32_t f = 0; f < v.field_count(); ++f) {
       const uint32_t len = v.FieldLength(local, f);
       if (f < field_index) before += len;
+      if (int(f) < sums_field) before_sums += len;
       all += len;
     }
     *tokens_at = *record_at + before;
     *record_bytes = all;
+    if (sums_field >= 0) *sums_at = *record_at + before_sums;
   }
 };
 
@@ -153,6 +159,18 @@ Status TokenDataset::Impl::ReadIndexes() {
                             "): field '" + field + "' has " + std::to_string(len) +
                             " bytes, not a multiple of " + std::to_string(token_bytes));
         }
+        if (sums_field >= 0) {
+          const uint64_t want = format::BlockSumsBytes(len, block_bytes);
+          const uint32_t got = views[s].FieldLength(j, uint32_t(sums_field));
+          if (got != want) {
+            return Corruption(store->uri() + "/" + manifest.shards.key(s) + ": sample " +
+                              std::to_string(j) + " (global " + std::to_string(base + j) +
+                              "): field '" + manifest.fields[sums_field].name + "' has " +
+                              std::to_string(got) + " bytes, expected " + std::to_string(want) +
+                              " (8 per block of " + std::to_string(block_bytes) + " of the " +
+                              std::to_string(len) + " bytes of '" + field + "')");
+          }
+        }
         doc_tokens[base + j] = len / token_bytes;
         total_tokens += len / token_bytes;
       }
@@ -201,6 +219,12 @@ Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(std::shared_ptr<Store> 
   impl->field_index = uint32_t(f);
   impl->dtype = spec.dtype;
   impl->token_bytes = format::DTypeBytes(spec.dtype);
+  for (size_t i = 0; i < manifest.fields.size(); ++i) {
+    if (manifest.fields[i].block_sums_of == spec.name) {
+      impl->sums_field = int(i);
+      impl->block_bytes = manifest.fields[i].block_bytes;
+    }
+  }
   impl->store = std::move(store);
   impl->manifest = std::move(manifest);
   STOKER_RETURN_IF_ERROR(impl->ReadIndexes());
@@ -229,12 +253,23 @@ TokenReader::~TokenReader() = default;
 
 namespace {
 
-// What one piece's read is: where it lands in staging, and what it checks.
+// What one piece's read is: where its bytes land in staging, and what it
+// checks.
 struct PieceRead {
+  enum Check : uint8_t {
+    kNone,    // only the piece's tokens are read, unchecked
+    kRecord,  // the whole record is read and checked against its checksum
+    kBlocks,  // the token blocks it touches and their checksums (§3.5)
+  };
   uint32_t shard = 0, local = 0;
-  uint64_t staged_at = 0;  // where the bytes read lie in staging
-  uint64_t tokens_at = 0;  // where the piece's first token lies in them
-  bool check = false;      // the read is the whole record: check its checksum
+  Check check = kNone;
+  uint64_t staged_at = 0;  // kRecord: where the record lies in staging
+  uint64_t tokens_at = 0;  // where the piece's first token lies in staging
+  // kBlocks: blocks [first_block, end_block) of the token field, lying from
+  // blocks_at in staging, their checksums from sums_at.
+  uint64_t first_block = 0, end_block = 0, blocks_at = 0, sums_at = 0;
+  uint64_t field_bytes = 0;  // the document's token bytes
+  uint64_t record_bytes = 0;  // kRecord
 };
 
 }  // namespace
@@ -255,9 +290,18 @@ Status TokenReader::Read(std::span<const TokenPiece> pieces, DType out_type,
                            std::to_string(out.size()) + " bytes");
   }
   thread_local std::vector<PieceRead> reads;
+  thread_local std::vector<uint64_t> staged_at;  // per request: where it lands
   reads.assign(pieces.size(), {});
   requests_.clear();
+  staged_at.clear();
   uint64_t staged = 0;
+  auto add = [&](uint32_t shard, uint64_t at, uint64_t length) {
+    requests_.push_back({ds.manifest.shards.key(shard), at, {}, requests_.size()});
+    staged_at.push_back(staged);
+    staged += length;
+    return staged - length;
+  };
+  const uint64_t B = ds.block_bytes;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const TokenPiece& p = pieces[i];
     PieceRead& r = reads[i];
@@ -267,23 +311,48 @@ Status TokenReader::Read(std::span<const TokenPiece> pieces, DType out_type,
                              ") lies outside the dataset");
     }
     r.shard = ds.ShardOf(p.doc, &r.local);
-    uint64_t tokens_at, record_at, record_bytes;
-    ds.Place(r.shard, r.local, &tokens_at, &record_at, &record_bytes);
+    uint64_t tokens_at, record_at, record_bytes, sums_at = 0;
+    ds.Place(r.shard, r.local, &tokens_at, &record_at, &record_bytes, &sums_at);
     const uint64_t piece_at = tokens_at + p.begin * ds.token_bytes;
     const uint64_t piece_bytes = uint64_t{p.count} * ds.token_bytes;
-    uint64_t at = piece_at, length = piece_bytes;
-    r.check = ds.options.verify || (piece_at == record_at && piece_bytes == record_bytes);
-    if (r.check) at = record_at, length = record_bytes;
-    r.staged_at = staged;
-    r.tokens_at = piece_at - at;
-    requests_.push_back({ds.manifest.shards.key(r.shard), at, {}, i});
-    staged += length;
+    if (ds.options.verify && ds.sums_field >= 0) {
+      // The blocks the piece touches, and their checksums: one range, or
+      // two where the gap between them is large (kMergeGapBytes).
+      r.check = PieceRead::kBlocks;
+      r.field_bytes = uint64_t{ds.doc_tokens[p.doc]} * ds.token_bytes;
+      const uint64_t from = piece_at - tokens_at;
+      r.first_block = from / B;
+      r.end_block = std::max(r.first_block, (from + piece_bytes + B - 1) / B);
+      const uint64_t blocks_from = tokens_at + r.first_block * B;
+      const uint64_t blocks_to = tokens_at + std::min(r.end_block * B, r.field_bytes);
+      const uint64_t sums_from = sums_at + 8 * r.first_block;
+      const uint64_t sums_to = sums_at + 8 * r.end_block;
+      const uint64_t lo = std::min(blocks_from, sums_from);
+      const uint64_t hi = std::max(blocks_to, sums_to);
+      if (hi - lo <= (blocks_to - blocks_from) + (sums_to - sums_from) + kMergeGapBytes) {
+        const uint64_t base = add(r.shard, lo, hi - lo);
+        r.blocks_at = base + (blocks_from - lo);
+        r.sums_at = base + (sums_from - lo);
+      } else {
+        r.blocks_at = add(r.shard, blocks_from, blocks_to - blocks_from);
+        r.sums_at = add(r.shard, sums_from, sums_to - sums_from);
+      }
+      r.tokens_at = r.blocks_at + (piece_at - blocks_from);
+    } else if (ds.options.verify || (piece_at == record_at && piece_bytes == record_bytes)) {
+      // Checked whole: a dataset without block sums, or a piece that is
+      // its whole record.
+      r.check = PieceRead::kRecord;
+      r.staged_at = add(r.shard, record_at, record_bytes);
+      r.record_bytes = record_bytes;
+      r.tokens_at = r.staged_at + (piece_at - record_at);
+    } else {
+      r.tokens_at = add(r.shard, piece_at, piece_bytes);
+    }
   }
   if (staging_.size() < staged) staging_.resize(staged);
   for (size_t i = 0; i < requests_.size(); ++i) {
-    const uint64_t end = i + 1 < requests_.size() ? reads[i + 1].staged_at : staged;
-    requests_[i].dst =
-        std::span<std::byte>(staging_.data() + reads[i].staged_at, end - reads[i].staged_at);
+    const uint64_t end = i + 1 < requests_.size() ? staged_at[i + 1] : staged;
+    requests_[i].dst = std::span<std::byte>(staging_.data() + staged_at[i], end - staged_at[i]);
   }
   STOKER_RETURN_IF_ERROR(queue_->Submit(requests_));
   done_.clear();
@@ -315,12 +384,27 @@ Status TokenReader::Read(std::span<const TokenPiece> pieces, DType out_type,
   std::byte* dst = out.data();
   for (size_t i = 0; i < pieces.size(); ++i) {
     const PieceRead& r = reads[i];
-    const ReadRequest& q = requests_[i];
-    if (r.check) {
-      Status st = ds.views[r.shard].CheckRecord(r.local, format::Hash64(q.dst));
+    if (r.check == PieceRead::kRecord) {
+      Status st = ds.views[r.shard].CheckRecord(
+          r.local, format::Hash64(std::span(staging_.data() + r.staged_at, r.record_bytes)));
       if (!st.ok()) return st.WithContext(ds.store->uri());
+    } else if (r.check == PieceRead::kBlocks) {
+      for (uint64_t b = r.first_block; b < r.end_block; ++b) {
+        const uint64_t from = (b - r.first_block) * B;
+        const uint64_t n = std::min(B, r.field_bytes - b * B);
+        uint64_t want;
+        std::memcpy(&want, staging_.data() + r.sums_at + 8 * (b - r.first_block), 8);
+        if (format::Hash64(std::span(staging_.data() + r.blocks_at + from, n)) != want) {
+          return Corruption(ds.store->uri() + ": shard " + ds.manifest.shards.key(r.shard) +
+                            ", document " + std::to_string(pieces[i].doc) + " (sample " +
+                            std::to_string(r.local) + " of the shard): block " +
+                            std::to_string(b) + " of field '" + ds.field + "' (bytes " +
+                            std::to_string(b * B) + ".." + std::to_string(b * B + n - 1) +
+                            " of " + std::to_string(r.field_bytes) + "): checksum mismatch");
+        }
+      }
     }
-    const std::byte* src = q.dst.data() + r.tokens_at;
+    const std::byte* src = staging_.data() + r.tokens_at;
     const uint32_t n = pieces[i].count;
     if (out_type == DType::kInt64) {
       if (ds.dtype == DType::kInt64) {

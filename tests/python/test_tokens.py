@@ -213,7 +213,9 @@ def test_import_megatron_from_python(tmp_path):
     docs = named_docs(20)
     write_megatron(tmp_path / "p", docs)
     summary = stoker.import_megatron(str(tmp_path / "p"), str(tmp_path / "ds"), shard_bytes=8192)
-    assert summary["samples"] == 20 and summary["fields"] == ["'tokens' (array uint16[*])"]
+    # The tokens, and their block checksums (docs/format.md §3.5), which the writer adds.
+    assert summary["samples"] == 20
+    assert summary["fields"] == ["'tokens' (array uint16[*])", "'tokens_sums' (bytes)"]
     flat = np.concatenate([np.asarray(d) for d in docs])
     batch = next(iter(stoker.Loader(str(tmp_path / "ds"), batch_size=2, sequence_length=100,
                                     shuffle=False)))
