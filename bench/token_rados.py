@@ -5,13 +5,16 @@ epoch; docs/benchmarks.md, "Token windows from RADOS").
 
     bench/token_rados.py [--mib 128] [--runs 3] [--ranks 8] [--sequence-length 2048]
                          [--batch 8] [--objectstore memstore|bluestore] [--no-verify]
+                         [--token-block-bytes 512]
 
 What it does:
   1. The cluster: the running one in $STOKER_CEPH_DIR, else one started here
      (scripts/ceph-cluster.sh, --objectstore) and stopped at exit.
   2. Writes a Megatron pair of --mib MiB of uint16 tokens (documents of
      1..2047 tokens, random ids) and packs it with `stoker pack` into
-     rados://training_data/tokbench-PID (4 MiB shards: Ceph's object size).
+     rados://training_data/tokbench-PID (4 MiB shards: Ceph's object size),
+     the tokens checksummed in blocks of --token-block-bytes (docs/format.md
+     §3.5; 0: whole records only, as packed before block checksums).
   3. --runs times: --ranks reader processes of distinct ranks (world =
      --ranks), each stoker.Loader(uri, batch_size, sequence_length, shuffle on,
      seed = the run), opened first; once all are open they read their share
@@ -166,6 +169,8 @@ def main():
     ap.add_argument("--objectstore", choices=("memstore", "bluestore"), default="memstore")
     ap.add_argument("--no-verify", action="store_true",
                     help="sequence_verify=False: read only the windows' token bytes")
+    ap.add_argument("--token-block-bytes", type=int, default=512,
+                    help="stoker pack --token-block-bytes (0: whole-record checksums only)")
     args = ap.parse_args()
     stoker = os.environ.get("STOKER_BIN", os.path.join(ROOT, "build", "stoker"))
     tmp = tempfile.mkdtemp(prefix="stoker-tokrados.")
@@ -195,7 +200,8 @@ def main():
         docs, tokens = write_megatron(prefix, args.mib)
         say(f"Megatron pair: {docs} documents, {tokens} uint16 tokens ({tokens * 2} bytes)")
         t0 = time.perf_counter()
-        subprocess.run([stoker, "pack", "--quiet", prefix + ".idx",
+        subprocess.run([stoker, "pack", "--quiet",
+                        f"--token-block-bytes={args.token_block_bytes}", prefix + ".idx",
                         f"rados://training_data/{name}?id=stoker-pack"], check=True)
         say(f"packed into rados://training_data/{name} in {time.perf_counter() - t0:.1f} s")
         for ext in (".bin", ".idx"):
@@ -231,11 +237,13 @@ def main():
             "aggregate_tokens_per_s_median": statistics.median(
                 sum(r["tokens"] for r in run["ranks"]) / run["wall_seconds"] for run in runs),
             "bytes_read_median": read, "open_bytes_median": at_open,
-            "verify": not args.no_verify, "cores": os.cpu_count(),
+            "verify": not args.no_verify, "token_block_bytes": args.token_block_bytes,
+            "cores": os.cpu_count(),
         }
         json.dump(summary, open(os.environ.get("OUT", "token_rados.json"), "w"), indent=1)
         print(f"{args.ranks} ranks, L = {args.sequence_length}, batch {args.batch}, shuffle on, "
               f"{args.objectstore}, sequence_verify {not args.no_verify}, "
+              f"token blocks {args.token_block_bytes or 'none'}, "
               f"medians of {args.runs} runs")
         print("per-rank tokens/s: " + " ".join(f"{x / 1e3:.0f}k" for x in per_rank)
               + f"  (slowest {min(per_rank) / 1e3:.0f}k)")
