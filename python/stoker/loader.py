@@ -245,8 +245,10 @@ class Loader:
         adds "positions" (each token's position in its document) and
         "documents" (its document's index within the window);
         sequence_field names the token field (default "tokens", or the only
-        one); sequence_verify=False reads only the tokens' bytes instead of
-        the whole records (checked) they lie in.
+        one); sequence_verify (default True) checks what a window reads: the
+        512-byte blocks it touches against their checksums (the whole
+        records, for datasets packed without block checksums);
+        sequence_verify=False reads only the tokens' bytes, unchecked.
       format: "numpy" (default) or "torch".
       threads: collate/decode workers; 0 = the machine's cores.
       reads_in_flight: whole-shard reads outstanding; 0 (default) = the
