@@ -148,7 +148,8 @@ struct LoaderOptions {
   // faster than "sample" (0.95x at 128 KiB; into HBM 0.96x), on 2 cores
   // 1.8x. Default: "auto".
   std::string read_unit = "auto";
-  // Fields to deliver, by name. Default: empty = every field.
+  // Fields to deliver, by name. Default: empty = every field but token
+  // block checksums (FieldSpec::block_sums_of; named, they are delivered).
   std::vector<std::string> fields;
   // How an array field whose first dimension varies (format 3, `uint32[*]`)
   // is collated (Batch::RaggedColumn): "padded", each sample's rows followed

@@ -525,7 +525,11 @@ Result<std::unique_ptr<Loader>> Loader::Open(std::shared_ptr<Store> store,
   std::vector<int> fields;
   std::vector<std::string> wanted = options.fields;
   if (wanted.empty()) {
-    for (const auto& f : manifest.fields) wanted.push_back(f.name);
+    // A token field's block checksums are the format's, not the user's
+    // data: delivered only when named.
+    for (const auto& f : manifest.fields) {
+      if (f.block_sums_of.empty()) wanted.push_back(f.name);
+    }
   }
   bool decode_found = options.decode.field.empty();
   for (const auto& name : wanted) {

@@ -220,6 +220,13 @@ def test_import_megatron_from_python(tmp_path):
     batch = next(iter(stoker.Loader(str(tmp_path / "ds"), batch_size=2, sequence_length=100,
                                     shuffle=False)))
     np.testing.assert_array_equal(batch["tokens"][1], flat[100:201])
+    # Read as records, the documents come without the checksums, unless named.
+    records = next(iter(stoker.Loader(str(tmp_path / "ds"), batch_size=2, shuffle=False,
+                                      ragged="offsets")))
+    assert "tokens_sums" not in records and "tokens" in records
+    named = next(iter(stoker.Loader(str(tmp_path / "ds"), batch_size=2, shuffle=False,
+                                    ragged="offsets", fields=["tokens", "tokens_sums"])))
+    assert "tokens_sums" in named
     bad = bytearray((tmp_path / "p.idx").read_bytes())
     bad[0:1] = b"X"
     (tmp_path / "p.idx").write_bytes(bytes(bad))
