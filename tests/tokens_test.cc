@@ -891,7 +891,26 @@ TEST(TokenBlockSums, BadMetadataIsNamedAtOpen) {
             std::string::npos)
       << st.ToString();
   EXPECT_NE(st.ToString().find("(8 per block of 256 of the"), std::string::npos) << st.ToString();
+  // `stoker verify` checks each record's block sums too: here their count.
+  auto store = OpenStore(uri);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto bad = VerifyDataset(**store);
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  ASSERT_FALSE(bad->problems.empty());
+  EXPECT_EQ(bad->problems[0].status.code(), Code::kCorruption);
+  EXPECT_NE(bad->problems[0].status.message().find(
+                "sample 0 of the shard: field 'tokens': "),
+            std::string::npos)
+      << bad->problems[0].status.ToString();
+  EXPECT_NE(bad->problems[0].status.message().find("token bytes in blocks of 256"),
+            std::string::npos)
+      << bad->problems[0].status.ToString();
   ASSERT_OK(open_with([](format::Manifest*) {}));
+  // And with the right manifest, every block of every record matches.
+  auto good_report = VerifyDataset(**store);
+  ASSERT_TRUE(good_report.ok()) << good_report.status().ToString();
+  EXPECT_TRUE(good_report->problems.empty());
+  EXPECT_EQ(good_report->samples_checked, 20u);
 }
 
 // The writer fills the block sums itself: a schema that holds a block-sums

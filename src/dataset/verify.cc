@@ -1,4 +1,6 @@
 // VerifyDataset: see stoker/dataset.h.
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -7,6 +9,45 @@
 #include "stoker/dataset.h"
 
 namespace stoker {
+
+namespace {
+
+struct BlockSums {
+  uint32_t tokens = 0, sums = 0;  // field indexes
+  uint32_t block_bytes = 0;
+  std::string name;  // the token field's
+};
+
+// Each block of sample `i`'s token fields against its checksum.
+Status CheckBlockSums(const format::ShardView& view, uint32_t i,
+                      const std::vector<BlockSums>& fields, const std::string& shard) {
+  for (const BlockSums& f : fields) {
+    const std::span<const std::byte> tokens = view.Field(i, f.tokens);
+    const std::span<const std::byte> sums = view.Field(i, f.sums);
+    const uint64_t B = f.block_bytes;
+    if (sums.size() != format::BlockSumsBytes(tokens.size(), f.block_bytes)) {
+      return Corruption(shard + ": sample " + std::to_string(i) + " of the shard: field '" +
+                        f.name + "': " + std::to_string(sums.size()) +
+                        " bytes of block checksums for " +
+                        std::to_string(tokens.size()) + " token bytes in blocks of " +
+                        std::to_string(B));
+    }
+    for (uint64_t b = 0; b * B < tokens.size(); ++b) {
+      const uint64_t n = std::min<uint64_t>(B, tokens.size() - b * B);
+      uint64_t want;
+      std::memcpy(&want, sums.data() + 8 * b, 8);
+      if (format::Hash64(tokens.subspan(b * B, n)) != want) {
+        return Corruption(shard + ": sample " + std::to_string(i) + " of the shard: field '" +
+                          f.name + "': block " +
+                          std::to_string(b) + " (bytes " + std::to_string(b * B) + ".." +
+                          std::to_string(b * B + n - 1) + ") does not match its checksum");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<VerifyReport> VerifyDataset(Store& store, const VerifyOptions& options) {
   // The shard table is streamed, twice, and never held (24 bytes a shard
@@ -21,6 +62,18 @@ Result<VerifyReport> VerifyDataset(Store& store, const VerifyOptions& options) {
     ++shards;
     return Status::Ok();
   }));
+
+  // Token fields' block checksums (docs/format.md §3.5): the record's
+  // checksum covers them, and each is checked against its block here too,
+  // as the loader checks the blocks a window reads.
+  std::vector<BlockSums> block_sums;
+  for (size_t j = 0; j < m.fields.size(); ++j) {
+    if (m.fields[j].block_sums_of.empty()) continue;
+    const int t = m.FieldIndex(m.fields[j].block_sums_of);
+    if (t >= 0) {
+      block_sums.push_back({uint32_t(t), uint32_t(j), m.fields[j].block_bytes, m.fields[t].name});
+    }
+  }
 
   VerifyReport report;
   auto problem = [&](VerifyProblem p) {
@@ -85,6 +138,7 @@ Result<VerifyReport> VerifyDataset(Store& store, const VerifyOptions& options) {
     for (uint32_t i = 0; i < view->sample_count(); ++i) {
       report.samples_checked++;
       Status st = view->VerifySample(i);
+      if (st.ok()) st = CheckBlockSums(*view, i, block_sums, info.key);
       if (!st.ok()) problem({info.key, int64_t(info.first_sample + i), st});
     }
     Status pad = view->VerifyPadding();
