@@ -26,6 +26,11 @@ them), packs them, and measures images/s delivered into GPU memory as
               expected at C' = cpu x t / workers: cpu_share = C' / (C' + gpu),
               the split at which both finish an epoch together. Target:
               >= 0.9 x (stoker_cpu + stoker_gpu)
+  stoker_balanced  stoker_both's threads and starting split with
+              decode["cpu_share_balance"] = True: the loader moves the share
+              at run time (up while built batches wait for the GPU stage,
+              down while it waits for the workers); the share it ended at
+              is reported
   stoker_both_naive  the same at --workers threads with cpu_share = cpu /
               (cpu + gpu), ignoring the GPU path's cores (the first
               measurement's split: 0.84 of the sum), for comparison
@@ -163,7 +168,7 @@ def way_tv_gpu(root, args):
     return epoch, None
 
 
-def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None):
+def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None, balance=False):
     decode = {"field": "image", "size": (SIZE, SIZE), "crop": "random_resized",
               "scale": SCALE, "ratio": RATIO, "flip": 0.5}
     if gpu:
@@ -171,6 +176,8 @@ def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None):
     threads = args.gpu_threads if gpu else args.workers
     if cpu_share is not None:
         decode["cpu_share"] = cpu_share
+        if balance:
+            decode["cpu_share_balance"] = True
         threads = both_threads or args.workers
     loader = stoker.Loader(uri, args.batch, threads=threads, rank=0, world_size=1,
                            decode=decode, device="cuda:0", format="torch")
@@ -214,6 +221,8 @@ def measure(name, make, repeats):
              if "backend_share" in r else ""), flush=True)
     if "decode_path" in r:
         print(f"             decode_path: {r['decode_path']}", flush=True)
+    if r.get("stats", {}).get("decode_cpu_share"):
+        print(f"             cpu share at the end: {r['stats']['decode_cpu_share']:.3f}", flush=True)
     return r
 
 
@@ -225,7 +234,7 @@ def main():
     p.add_argument("--gpu-threads", type=int, default=4)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--ways", default="dataloader,tv_gpu,stoker_cpu,stoker_gpu,stoker_both,"
-                   "stoker_both_naive")
+                   "stoker_balanced,stoker_both_naive")
     p.add_argument("--dir", default=None, help="where to make the data (default: a temp folder)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -255,7 +264,7 @@ def main():
         "stoker_gpu": lambda: way_stoker(str(uri), args, gpu=True),
     }
 
-    def both(naive):
+    def both(naive, balance=False):
         c = out["ways"].get("stoker_cpu", {}).get("images_per_s")
         g = out["ways"].get("stoker_gpu", {}).get("images_per_s")
         if not c or not g:
@@ -265,14 +274,17 @@ def main():
             gpu_cores = out["ways"]["stoker_gpu"].get("cpu_cores", 0.0)
             threads = max(1, args.workers - round(gpu_cores))
             c = c * threads / args.workers
-        key = "cpu_share_naive" if naive else "cpu_share"
+        key = "cpu_share_naive" if naive else "cpu_share_balanced_start" if balance else "cpu_share"
         out[key] = c / (c + g)
         out[key.replace("cpu_share", "both_threads")] = threads
-        print(f"  {'stoker_both_naive' if naive else 'stoker_both'}: cpu_share {out[key]:.3f} at "
+        print(f"  {'stoker_both_naive' if naive else 'stoker_balanced' if balance else 'stoker_both'}: "
+              f"cpu_share {out[key]:.3f} at "
               f"{threads} threads", flush=True)
-        return way_stoker(str(uri), args, gpu=True, cpu_share=out[key], both_threads=threads)
+        return way_stoker(str(uri), args, gpu=True, cpu_share=out[key], both_threads=threads,
+                          balance=balance)
     makers["stoker_both"] = lambda: both(False)
     makers["stoker_both_naive"] = lambda: both(True)
+    makers["stoker_balanced"] = lambda: both(False, balance=True)
     print(f"images/s into GPU memory, {SIZE}x{SIZE} RandomResizedCrop + flip, batch "
           f"{args.batch}, median of {args.repeats} epochs after a warm-up:", flush=True)
     for name in args.ways.split(","):
@@ -291,7 +303,7 @@ def main():
         if rate(a) and rate(b):
             ratios[f"{a}/{b}"] = rate(a) / rate(b)
             print(f"  {a} / {b}: {ratios[f'{a}/{b}']:.2f}x", flush=True)
-    for both_way in ("stoker_both", "stoker_both_naive"):
+    for both_way in ("stoker_both", "stoker_balanced", "stoker_both_naive"):
         if rate(both_way) and rate("stoker_cpu") and rate("stoker_gpu"):
             k = f"{both_way}/(stoker_cpu+stoker_gpu)"
             ratios[k] = rate(both_way) / (rate("stoker_cpu") + rate("stoker_gpu"))

@@ -165,6 +165,7 @@ class LoaderHandle {
     d["decoded_cuda"] = s.decoded_cuda;
     d["decoded_cpu"] = s.decoded_cpu;
     d["decode_path"] = s.decode_path;
+    d["decode_cpu_share"] = s.decode_cpu_share;
     d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
     d["peak_buffer_bytes"] = s.peak_buffer_bytes;
     d["h2d_bytes"] = s.h2d_bytes;
@@ -303,6 +304,7 @@ void BindDecode(py::module_& m) {
       .def_readwrite("skip_corrupt", &DecodeOptions::skip_corrupt)
       .def_readwrite("device", &DecodeOptions::device)
       .def_readwrite("cpu_share", &DecodeOptions::cpu_share)
+      .def_readwrite("cpu_share_balance", &DecodeOptions::cpu_share_balance)
       .def_readwrite("crop", &DecodeOptions::crop)
       .def_readwrite("dtype", &DecodeOptions::dtype)
       .def_readwrite("layout", &DecodeOptions::layout)

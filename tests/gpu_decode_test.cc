@@ -664,6 +664,55 @@ TEST(GpuDecodeList, CpuShareKeepsAFractionOnTheCpuChosenPerSample) {
   EXPECT_EQ(ValidateDecodeOptions(o).code(), Code::kInvalidArgument);
 }
 
+// A batch's list takes the share it was given (the balance's current one),
+// not the options' fixed cpu_share.
+TEST(GpuDecodeList, ABatchKeepsTheShareItWasGiven) {
+  DecodeOptions o = Augment(CropMode::kRandomResized);
+  o.cpu_share = 0.0f;
+  const auto good = Jpeg(120, 160, Kind::k420);
+  auto where = [] { return std::string("sample"); };
+  constexpr size_t kSamples = 2000;
+  GpuDecodeList all(&o, GpuDecodeCaps{true, true}, kSamples, 0, DecodedSampleBytes(o));
+  GpuDecodeList half(&o, GpuDecodeCaps{true, true}, kSamples, 0, DecodedSampleBytes(o), 0.5f);
+  size_t left_all = 0, left_half = 0;
+  for (size_t i = 0; i < kSamples; ++i) {
+    left_all += !all.Take(i, good, {4, 2, i}, where);
+    left_half += !half.Take(i, good, {4, 2, i}, where);
+  }
+  EXPECT_EQ(left_all, 0u);
+  EXPECT_NEAR(double(left_half) / kSamples, 0.5, 0.04);
+}
+
+// cpu_share_balance's rule: down while the copier waits for the workers,
+// up while built batches wait for the GPU, held in between, within
+// [0, 0.95]; and it settles where the two rates meet. A model: the workers
+// build a batch in w(s) = 1 + 3 s (the CPU decodes share s of it), the GPU
+// stage takes g(s) = 2.5 (1 - s); the copier finds batches waiting when
+// the workers are faster.
+TEST(CpuShareBalance, MovesTowardsWhereNeitherPathWaits) {
+  EXPECT_FLOAT_EQ(CpuShareStep(0.30f, 0), 0.29f);
+  EXPECT_FLOAT_EQ(CpuShareStep(0.30f, 1), 0.30f);
+  EXPECT_FLOAT_EQ(CpuShareStep(0.30f, 2), 0.31f);
+  EXPECT_FLOAT_EQ(CpuShareStep(0.0f, 0), 0.0f);
+  EXPECT_FLOAT_EQ(CpuShareStep(0.95f, 5), 0.95f);
+  for (const float start : {0.0f, 0.9f}) {
+    float s = start;
+    double backlog = 0;  // built batches waiting for the GPU stage
+    double sum = 0, lo = 1, hi = 0;
+    for (int b = 0; b < 2000; ++b) {
+      const double workers = 1 + 3 * s, gpu = 2.5 * (1 - s);  // seconds a batch
+      backlog = std::clamp(backlog + gpu / workers - 1, 0.0, 4.0);
+      s = CpuShareStep(s, backlog < 0.5 ? 0 : backlog < 1.5 ? 1 : 2);
+      if (b >= 1000) sum += s, lo = std::min<double>(lo, s), hi = std::max<double>(hi, s);
+    }
+    // w(s) = g(s) at s = 1.5 / 5.5 = 0.273: the share cycles around it (the
+    // backlog lags the share), by about +-0.06 in this model.
+    EXPECT_NEAR(sum / 1000, 0.273, 0.02) << "from " << start;
+    EXPECT_GT(lo, 0.273 - 0.08) << "from " << start;
+    EXPECT_LT(hi, 0.273 + 0.08) << "from " << start;
+  }
+}
+
 // ---- the loader -------------------------------------------------------------
 
 // The workers' side: what a batch leaves for the GPU, and what stays on

@@ -128,10 +128,21 @@ struct DecodeOptions {
   std::string device;
   // With `device`: the fraction of the images the GPU would take that the
   // workers decode instead, so that CPU and GPU work together; each sample
-  // is chosen from (seed, epoch, sample id), the same in every run. Set it
-  // to cpu / (cpu + gpu) of the images/s each reaches alone
-  // (bench/gpu_decode_bench.py does). Default: 0 (the GPU takes all it can).
+  // is chosen from (seed, epoch, sample id), the same in every run. Pick it
+  // from the images/s each path reaches alone, C (CPU) and G (GPU), and the
+  // cores g the GPU path's host work keeps busy: at t = cores - round(g)
+  // worker threads, C' = C * t / cores and cpu_share = C' / (C' + G)
+  // (docs/architecture.md; bench/gpu_decode_bench.py does). Default: 0 (the
+  // GPU takes all it can).
   float cpu_share = 0.0f;
+  // Moves cpu_share at run time, starting from the value above: up while
+  // the GPU stage falls behind (built batches wait for it), down while it
+  // waits for the workers (CpuShareStep, loader/gpu_decode.h), so neither
+  // path idles while the other has work. The split then depends on timing:
+  // pixels may differ between runs by the few grey levels that separate the
+  // two paths (crops and flips do not). LoaderStats::decode_cpu_share is the
+  // share now. Default: off (the fixed cpu_share, deterministic).
+  bool cpu_share_balance = false;
 };
 
 // InvalidArgument naming the parameter when `o` is out of range (sizes,

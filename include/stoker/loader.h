@@ -272,6 +272,10 @@ struct LoaderStats {
   // (decode device cuda:0: no nvJPEG (tried ...))"; empty without decode.
   uint64_t decoded_hardware = 0, decoded_cuda = 0, decoded_cpu = 0;
   std::string decode_path;
+  // The share of the GPU's images the workers decode now
+  // (DecodeOptions::cpu_share, or where cpu_share_balance moved it); 0
+  // without the GPU decode.
+  float decode_cpu_share = 0.0f;
   // Time Next() spent blocked waiting for a batch (the consumer's data wait).
   std::chrono::nanoseconds wait_time{0};
   // Peak bytes held in shard and batch buffers.

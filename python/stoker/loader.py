@@ -222,7 +222,9 @@ class Loader:
         and decodes on the CPU. stats() tells decoded_hardware, decoded_cuda,
         decoded_cpu and decode_path. cpu_share=f (with device) has the
         workers decode that fraction of the GPU's images too, chosen per
-        sample: CPU and GPU together.
+        sample: CPU and GPU together; cpu_share_balance=True moves that
+        fraction at run time so neither path idles (stats()
+        ["decode_cpu_share"] is the share now; stoker/decode.h).
         Each key defaults to the value shown (crop "resize", flip 0, no
         normalize, uint8, NHWC); a key given as None keeps C++'s default.
         crop, dtype and layout are read by C++ (stoker/decode.h, the same

@@ -86,7 +86,8 @@ def _seconds(name, value, allow_zero=False):
 
 
 _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "flip", "normalize",
-                "dtype", "layout", "skip_corrupt", "device", "cpu_share")
+                "dtype", "layout", "skip_corrupt", "device", "cpu_share",
+                "cpu_share_balance")
 #: torchvision's ImageNet mean and std (normalize=True or "imagenet"): DecodeOptions'
 #: defaults (include/stoker/decode.h), as the decimals they were written as.
 IMAGENET_NORMALIZE = tuple(tuple(float(str(np.float32(x))) for x in v)
@@ -191,6 +192,8 @@ def _decode_options(decode):
         o.device = str(decode["device"])
     if "cpu_share" in decode:
         o.cpu_share = _decode_real("cpu_share", decode["cpu_share"])
+    if "cpu_share_balance" in decode:
+        o.cpu_share_balance = _bool("decode['cpu_share_balance']", decode["cpu_share_balance"])
     o.validate()  # ranges: stoker.InvalidArgumentError (a ValueError) naming the parameter
     return field, height, width, o
 

@@ -61,6 +61,9 @@ struct LoaderFlags {
                     "With --decode-device: the fraction of the GPU's images the workers decode "
                     "instead (CPU and GPU together)")
         ->capture_default_str();
+    cmd->add_flag("--decode-cpu-share-balance", options.decode.cpu_share_balance,
+                  "With --decode-device: move the CPU's share at run time, from --decode-cpu-share, "
+                  "so neither path idles");
     cmd->add_option("--cache", options.cache_dir,
                     "Node cache folder on local disk, shared by the node's ranks and jobs");
     cmd->add_option("--cache-gib", cache_gib,

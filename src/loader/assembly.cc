@@ -192,7 +192,7 @@ Status Assembly::Lay(Job& job, Status shards) {
       if (!(*config_.columns)[c].decode) continue;
       job.layout.gpu = std::make_shared<GpuDecodeList>(
           &config_.options->decode, config_.gpu_decode->caps(), size_t(count),
-          job.layout.column_offset[c], job.layout.image_bytes);
+          job.layout.column_offset[c], job.layout.image_bytes, config_.gpu_decode->cpu_share());
     }
   }
   job.chunk_size = ChunkSize(count);

@@ -14,6 +14,12 @@ void DeviceStage::Stop() {
 
 void DeviceStage::CopierLoop() {
   for (uint64_t b = 0; b < num_batches_ && !stop_; ++b) {
+    if (gpu_decode_ != nullptr && gpu_decode_->balancing()) {
+      // How far the workers are ahead of the GPU stage: the balance's input.
+      int ready = built_.Ready(b) ? 1 : 0;
+      if (ready && built_.capacity() > 1 && b + 1 < num_batches_ && built_.Ready(b + 1)) ready = 2;
+      gpu_decode_->Balance(ready);
+    }
     std::optional<Result<Batch>> r = built_.Take(b);
     if (!r) return;  // stopped
     if (r->ok()) {

@@ -1,6 +1,7 @@
 // The loader's GPU decode (loader/gpu_decode.h).
 #include "loader/gpu_decode.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -34,11 +35,11 @@ bool GpuDecodeList::Take(size_t i, std::span<const std::byte> jpeg, const Sample
   if (!h.ok()) return false;
   const DecodeBackend b = RouteJpeg(*h, caps_);
   if (b == DecodeBackend::kCpu) return false;
-  if (decode_->cpu_share > 0) {
+  if (cpu_share_ > 0) {
     // A stream of its own, apart from the crop's draws.
     constexpr uint64_t kShareStream = 0x4350555348415245ull;  // "CPUSHARE"
     Rng rng(MixSeed({key.seed, key.epoch, key.sample_id, kShareStream}));
-    if (Uniform01(rng) < double(decode_->cpu_share)) return false;
+    if (Uniform01(rng) < double(cpu_share_)) return false;
   }
   Entry& e = entries_[i];
   e.used = true;
@@ -77,8 +78,15 @@ gpu::OutputSpec SpecOf(const DecodeOptions& o) {
 
 }  // namespace
 
+float CpuShareStep(float share, int ready) {
+  constexpr float kStep = 0.01f, kMost = 0.95f;
+  if (ready <= 0) return std::max(0.0f, share - kStep);
+  if (ready >= 2) return std::min(kMost, share + kStep);
+  return share;
+}
+
 GpuDecode::GpuDecode(std::unique_ptr<gpu::JpegDecoder> d, const DecodeOptions& o, int device)
-    : decoder_(std::move(d)), decode_(o), device_(device), spec_(SpecOf(o)) {
+    : decoder_(std::move(d)), decode_(o), device_(device), spec_(SpecOf(o)), share_(o.cpu_share) {
   caps_.nvjpeg = true;
   caps_.hardware = decoder_->engines();
 }

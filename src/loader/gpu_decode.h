@@ -43,9 +43,12 @@ class GpuDecodeList {
     std::string where;  // "dataset ...: shard ...: sample ...: field 'image'", for errors
   };
 
+  // `cpu_share`: the batch's share of GPU-routed images left to the CPU
+  // (< 0: decode->cpu_share).
   GpuDecodeList(const DecodeOptions* decode, GpuDecodeCaps caps, size_t count,
-                uint64_t column_offset, uint64_t image_bytes)
+                uint64_t column_offset, uint64_t image_bytes, float cpu_share = -1.0f)
       : decode_(decode),
+        cpu_share_(cpu_share < 0 ? decode->cpu_share : cpu_share),
         caps_(caps),
         entries_(count),
         column_offset_(column_offset),
@@ -64,11 +67,18 @@ class GpuDecodeList {
 
  private:
   const DecodeOptions* decode_;
+  const float cpu_share_;
   const GpuDecodeCaps caps_;
   std::vector<Entry> entries_;
   const uint64_t column_offset_, image_bytes_;
   std::atomic<size_t> taken_{0};
 };
+
+// DecodeOptions::cpu_share_balance's rule: the share after the copier
+// found `ready` built batches waiting for it as it went for the next one
+// (0: it had to wait for the workers; 2 or more: the GPU stage is behind).
+// Moves by 0.01 a batch, within [0, 0.95].
+float CpuShareStep(float share, int ready);
 
 class GpuDecode {
  public:
@@ -86,6 +96,16 @@ class GpuDecode {
   Status Run(const GpuDecodeList& list, std::byte* host_base, CudaStreamHandle stream,
              std::byte* device_base, LoaderCounters* counters);
 
+  // The CPU share the next batch gets (DecodeOptions::cpu_share, moved by
+  // Balance when cpu_share_balance is on).
+  float cpu_share() const { return share_.load(std::memory_order_relaxed); }
+  bool balancing() const { return decode_.cpu_share_balance; }
+  // The copier's observation, for the balance (CpuShareStep).
+  void Balance(int ready) {
+    share_.store(CpuShareStep(share_.load(std::memory_order_relaxed), ready),
+                 std::memory_order_relaxed);
+  }
+
   uint64_t device_bytes() const { return decoder_->device_bytes(); }
   uint64_t peak_device_bytes() const { return decoder_->peak_device_bytes(); }
 
@@ -98,6 +118,7 @@ class GpuDecode {
   GpuDecodeCaps caps_;
   gpu::OutputSpec spec_;
   DecodeScratch scratch_;  // the CPU fallback's, in the copier thread
+  std::atomic<float> share_;  // written by the copier, read by the assembly
 };
 
 // The device batches go to: LoaderOptions::device, or the decode's device

@@ -409,6 +409,7 @@ LoaderStats LoaderImpl::stats() const {
   if (gpu_decode_) {
     s.device_bytes += gpu_decode_->device_bytes();
     s.peak_device_bytes += gpu_decode_->peak_device_bytes();
+    s.decode_cpu_share = gpu_decode_->cpu_share();
   }
   s.decoded_hardware = get(c.decoded_hardware);
   s.decoded_cuda = get(c.decoded_cuda);

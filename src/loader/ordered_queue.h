@@ -48,6 +48,15 @@ class OrderedQueue final {
     return v;
   }
 
+  // Whether value `index` is there now (without taking it). `index` must
+  // lie within the build window: the next index taken + capacity.
+  bool Ready(uint64_t index) {
+    std::lock_guard lock(mu_);
+    return ring_[index % ring_.size()].has_value();
+  }
+
+  size_t capacity() const { return ring_.size(); }
+
   void Stop() {
     {
       std::lock_guard lock(mu_);

@@ -31,6 +31,17 @@ def test_stats_say_which_path_decoded(tmp_path):
     assert (s["decoded_cpu"], s["decoded_hardware"], s["decoded_cuda"]) == (6, 0, 0)
     raw = stoker.Loader(tmp_path / "ds", 3, rank=0, world_size=1)
     assert raw.stats()["decode_path"] == ""
+    # Without the GPU decode no share is handed to the CPU, balanced or not;
+    # the option is a bool.
+    balanced = stoker.Loader(tmp_path / "ds", 3, decode={"field": "image", "size": 16,
+                                                         "cpu_share": 0.25,
+                                                         "cpu_share_balance": True},
+                             rank=0, world_size=1)
+    assert sum(len(b["sample_ids"]) for b in balanced) == 6
+    assert balanced.stats()["decode_cpu_share"] == 0.0
+    with pytest.raises(TypeError, match="cpu_share_balance"):
+        stoker.Loader(tmp_path / "ds", 3, decode={"field": "image", "cpu_share_balance": "yes"},
+                      rank=0, world_size=1)
 
 
 def test_bfloat16_images_are_for_device_delivery(tmp_path):
