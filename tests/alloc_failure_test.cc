@@ -11,9 +11,11 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ckpt/parallel.h"
 #include "ckpt_testdata.h"
@@ -35,17 +37,30 @@ bool Contains(const std::string& s, const std::string& part) {
 }
 
 // Allocations whose part contains `g_target` fail; each one failed is
-// counted, and the first one's size kept (batches and shards are allocated
-// in plan order: the first is what the first error names).
+// counted and its size kept. The error names one of them: with several
+// workers failing at once (the checkpoint writer's chunks), not
+// necessarily the first to fail.
 std::atomic<const char*> g_target{nullptr};
 std::atomic<uint64_t> g_failed{0};
-std::atomic<uint64_t> g_failed_bytes{0};
+std::mutex g_failed_mu;
+std::vector<uint64_t> g_failed_sizes;
 
 bool FailTarget(size_t bytes, std::string_view part) {
   const char* t = g_target.load();
   if (t == nullptr || part.find(t) == std::string_view::npos) return false;
-  if (g_failed++ == 0) g_failed_bytes = bytes;
+  g_failed++;
+  std::lock_guard lock(g_failed_mu);
+  g_failed_sizes.push_back(bytes);
   return true;
+}
+
+// Whether `message` names one of the failed sizes as "N bytes".
+bool NamesAFailedSize(const std::string& message) {
+  std::lock_guard lock(g_failed_mu);
+  for (const uint64_t n : g_failed_sizes) {
+    if (Contains(message, std::to_string(n) + " bytes")) return true;
+  }
+  return false;
 }
 
 // Fails allocations for `part` while in scope.
@@ -53,7 +68,8 @@ class FailAllocations {
  public:
   explicit FailAllocations(const char* part) {
     g_failed = 0;
-    g_failed_bytes = 0;
+    std::lock_guard lock(g_failed_mu);
+    g_failed_sizes.clear();
     g_target = part;
     internal::SetAllocationFailureHookForTesting(&FailTarget);
   }
@@ -68,7 +84,7 @@ class FailAllocations {
 void ExpectNoSpace(const Status& st, const std::string& part) {
   EXPECT_EQ(st.code(), Code::kNoSpace) << st.ToString();
   EXPECT_GT(g_failed.load(), 0u) << "the hook was never asked for " << part;
-  EXPECT_TRUE(Contains(st.message(), std::to_string(g_failed_bytes.load()) + " bytes"))
+  EXPECT_TRUE(NamesAFailedSize(st.message()))
       << st.ToString();
   EXPECT_TRUE(Contains(st.message(), part)) << st.ToString();
 }
