@@ -179,6 +179,16 @@ FieldSpec BlockSumsFieldFor(const FieldSpec& tokens, uint32_t block_bytes);
 constexpr uint64_t BlockSumsBytes(uint64_t token_bytes, uint32_t block_bytes) {
   return 8 * ((token_bytes + block_bytes - 1) / block_bytes);
 }
+// The block sums of `tokens` (§3.5: Hash64 of each block of `block_bytes`,
+// the last one short, as u64 little-endian) into `sums`, of
+// BlockSumsBytes(tokens.size(), block_bytes) bytes.
+void FillBlockSums(std::span<const std::byte> tokens, uint32_t block_bytes,
+                   std::span<std::byte> sums);
+// The first block of `tokens` whose sum in `sums` does not match, or -1.
+// `tokens` starts on a block boundary and ends on one or at the field's
+// end; `sums` holds the sums of its blocks (8 bytes each, no fewer).
+int64_t FirstBadBlock(std::span<const std::byte> tokens, std::span<const std::byte> sums,
+                      uint32_t block_bytes);
 // True for a field that can be a token field: an array of an integer dtype
 // (uint8, uint16, uint32, int32, int64) and shape [*].
 bool TokenShaped(const FieldSpec& f);

@@ -1,6 +1,5 @@
 // VerifyDataset: see stoker/dataset.h.
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -32,16 +31,13 @@ Status CheckBlockSums(const format::ShardView& view, uint32_t i,
                         std::to_string(tokens.size()) + " token bytes in blocks of " +
                         std::to_string(B));
     }
-    for (uint64_t b = 0; b * B < tokens.size(); ++b) {
-      const uint64_t n = std::min<uint64_t>(B, tokens.size() - b * B);
-      uint64_t want;
-      std::memcpy(&want, sums.data() + 8 * b, 8);
-      if (format::Hash64(tokens.subspan(b * B, n)) != want) {
-        return Corruption(shard + ": sample " + std::to_string(i) + " of the shard: field '" +
-                          f.name + "': block " +
-                          std::to_string(b) + " (bytes " + std::to_string(b * B) + ".." +
-                          std::to_string(b * B + n - 1) + ") does not match its checksum");
-      }
+    const int64_t bad = format::FirstBadBlock(tokens, sums, f.block_bytes);
+    if (bad >= 0) {
+      const uint64_t b = uint64_t(bad), n = std::min<uint64_t>(B, tokens.size() - b * B);
+      return Corruption(shard + ": sample " + std::to_string(i) + " of the shard: field '" +
+                        f.name + "': block " + std::to_string(b) + " (bytes " +
+                        std::to_string(b * B) + ".." + std::to_string(b * B + n - 1) +
+                        ") does not match its checksum");
     }
   }
   return Status::Ok();

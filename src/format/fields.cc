@@ -245,6 +245,27 @@ FieldSpec BlockSumsFieldFor(const FieldSpec& tokens, uint32_t block_bytes) {
   return s;
 }
 
+void FillBlockSums(std::span<const std::byte> tokens, uint32_t block_bytes,
+                   std::span<std::byte> sums) {
+  for (size_t b = 0, at = 0; at < tokens.size(); ++b, at += block_bytes) {
+    const uint64_t h =
+        Hash64(tokens.subspan(at, std::min<size_t>(block_bytes, tokens.size() - at)));
+    for (int i = 0; i < 8; ++i) sums[8 * b + i] = std::byte(h >> (8 * i));
+  }
+}
+
+int64_t FirstBadBlock(std::span<const std::byte> tokens, std::span<const std::byte> sums,
+                      uint32_t block_bytes) {
+  for (size_t b = 0, at = 0; at < tokens.size(); ++b, at += block_bytes) {
+    const uint64_t h =
+        Hash64(tokens.subspan(at, std::min<size_t>(block_bytes, tokens.size() - at)));
+    uint64_t want = 0;
+    for (int i = 0; i < 8; ++i) want |= uint64_t(sums[8 * b + i]) << (8 * i);
+    if (h != want) return int64_t(b);
+  }
+  return -1;
+}
+
 Result<FieldSpec> ParseFieldSpec(std::string_view name, std::string_view type) {
   FieldSpec f;
   f.name = std::string(name);

@@ -468,10 +468,7 @@ Status DatasetWriter::Write(std::span<const FieldValue> values) {
     const std::span<const std::byte> t = values[w.sums_of].bytes;
     const uint32_t block = w.m.fields.back().block_bytes;
     w.sums.resize(format::BlockSumsBytes(t.size(), block));
-    for (size_t b = 0, at = 0; at < t.size(); ++b, at += block) {
-      const uint64_t h = format::Hash64(t.subspan(at, std::min<size_t>(block, t.size() - at)));
-      for (int i = 0; i < 8; ++i) w.sums[8 * b + i] = std::byte(h >> (8 * i));
-    }
+    format::FillBlockSums(t, block, w.sums);
     w.with_sums.assign(values.begin(), values.end());
     w.with_sums.push_back({std::span<const std::byte>(w.sums)});
     values = w.with_sums;

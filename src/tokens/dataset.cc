@@ -388,20 +388,21 @@ Status TokenReader::Read(std::span<const TokenPiece> pieces, DType out_type,
       Status st = ds.views[r.shard].CheckRecord(
           r.local, format::Hash64(std::span(staging_.data() + r.staged_at, r.record_bytes)));
       if (!st.ok()) return st.WithContext(ds.store->uri());
-    } else if (r.check == PieceRead::kBlocks) {
-      for (uint64_t b = r.first_block; b < r.end_block; ++b) {
-        const uint64_t from = (b - r.first_block) * B;
+    } else if (r.check == PieceRead::kBlocks && r.end_block > r.first_block) {
+      const uint64_t staged = std::min(r.end_block * B, r.field_bytes) - r.first_block * B;
+      const int64_t bad = format::FirstBadBlock(
+          std::span<const std::byte>(staging_.data() + r.blocks_at, staged),
+          std::span<const std::byte>(staging_.data() + r.sums_at, 8 * (r.end_block - r.first_block)),
+          uint32_t(B));
+      if (bad >= 0) {
+        const uint64_t b = r.first_block + uint64_t(bad);
         const uint64_t n = std::min(B, r.field_bytes - b * B);
-        uint64_t want;
-        std::memcpy(&want, staging_.data() + r.sums_at + 8 * (b - r.first_block), 8);
-        if (format::Hash64(std::span(staging_.data() + r.blocks_at + from, n)) != want) {
-          return Corruption(ds.store->uri() + ": shard " + ds.manifest.shards.key(r.shard) +
-                            ", document " + std::to_string(pieces[i].doc) + " (sample " +
-                            std::to_string(r.local) + " of the shard): block " +
-                            std::to_string(b) + " of field '" + ds.field + "' (bytes " +
-                            std::to_string(b * B) + ".." + std::to_string(b * B + n - 1) +
-                            " of " + std::to_string(r.field_bytes) + "): checksum mismatch");
-        }
+        return Corruption(ds.store->uri() + ": shard " + ds.manifest.shards.key(r.shard) +
+                          ", document " + std::to_string(pieces[i].doc) + " (sample " +
+                          std::to_string(r.local) + " of the shard): block " + std::to_string(b) +
+                          " of field '" + ds.field + "' (bytes " + std::to_string(b * B) + ".." +
+                          std::to_string(b * B + n - 1) + " of " + std::to_string(r.field_bytes) +
+                          "): checksum mismatch");
       }
     }
     const std::byte* src = staging_.data() + r.tokens_at;
