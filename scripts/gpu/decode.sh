@@ -25,7 +25,9 @@
 #        the slowest; each step has a timeout, the whole fits in ~9 min)
 #
 # Environment: STOKER_DECODE_STEPS (default "tests,sanitizer,bench"),
-# STOKER_DECODE_BENCH_ARGS (extra bench flags, e.g. "--images 4000").
+# STOKER_DECODE_BENCH_ARGS (extra bench flags), STOKER_DECODE_IMAGES (the bench's JPEGs,
+# default 24000: at 6000 an epoch of the fastest way lasted 0.2 s and its
+# start and drain weighed on the ratios).
 #
 # With the device tool: run(command="bash scripts/gpu/decode.sh run",
 # carry=[".gpu-carry"]).
@@ -106,7 +108,7 @@ main() {
     step "bench/gpu_decode_bench.py"
     # shellcheck disable=SC2086
     PYTHONPATH=/tmp/stoker-py PYTHONUNBUFFERED=1 timeout 240 python3 bench/gpu_decode_bench.py \
-      --dir /tmp/stoker-gpu-decode --images 6000 --json "$dest/gpu_decode.json" \
+      --dir /tmp/stoker-gpu-decode --images ${STOKER_DECODE_IMAGES:-24000} --json "$dest/gpu_decode.json" \
       ${STOKER_DECODE_BENCH_ARGS:-} 2>&1 | tee "$log/gpu_decode_bench.log"
     ((PIPESTATUS[0] == 0)) || fail=1
   fi

@@ -1,5 +1,7 @@
 // Devices and the one cudaError_t -> Status mapping (CUDA builds).
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "gpu/cuda_util.h"
 #include "stoker/gpu.h"
@@ -32,6 +34,34 @@ Status CudaStatus(int device, std::string_view call, cudaError_t err) {
       return Unsupported(std::move(msg));
     default:
       return IoError(std::move(msg));
+  }
+}
+
+Status WaitEvent(int device, std::string_view what, cudaEvent_t event,
+                 std::chrono::milliseconds limit) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto nap = std::chrono::microseconds(0);
+  for (uint32_t k = 0;; ++k) {
+    const cudaError_t q = cudaEventQuery(event);
+    if (q == cudaSuccess) return Status::Ok();
+    if (q != cudaErrorNotReady) return CudaStatus(device, std::string(what), q);
+    if (Clock::now() - start > limit) {
+      return Status(Code::kTimedOut,
+                    DeviceName(device) + ": " + std::string(what) + " did not finish in " +
+                        std::to_string(limit.count()) + " ms: the GPU's work stalled (a hung JPEG engine or kernel); this "
+                        "device's decode cannot go on",
+                    /*retryable=*/false);
+    }
+    // The common wait is short (the previous batch's last kernel): yield
+    // first, then sleep in growing steps.
+    if (k < 64) {
+      std::this_thread::yield();
+    } else {
+      nap = std::min<std::chrono::microseconds>(nap + std::chrono::microseconds(10),
+                                                std::chrono::microseconds(100));
+      std::this_thread::sleep_for(nap);
+    }
   }
 }
 

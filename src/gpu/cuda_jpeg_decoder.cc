@@ -6,6 +6,15 @@
 // table copied from pinned memory, then the fused kernel. nvJPEG's own
 // host phase (Huffman decode for the CUDA backend, parsing for the engines)
 // runs in the calling thread before its device work is queued.
+//
+// The engines' state (and the decode params the batched call reads) is not
+// touched again until the batched decode that used it has finished: nvJPEG
+// does not say that a hardware state may be reused while its decode is in
+// flight, and a decoder that did so stalled the engines on the H100 (the
+// next batch's wait never returned). There are two, used in turn, so that
+// the host's parse of one batch still overlaps the engines' decode of the
+// one before; every wait on the GPU is bounded (WaitEvent), so a stall is
+// an error naming the device, not a hang.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,6 +28,10 @@
 
 namespace stoker::gpu {
 namespace {
+
+// How long a wait on the GPU's own work may take before it is a stall: a
+// batch takes milliseconds (seconds under compute-sanitizer).
+constexpr std::chrono::milliseconds kStallLimit{30000};
 
 // The device allocator nvJPEG and the arena share, bounded by the budget.
 struct Budget {
@@ -70,6 +83,16 @@ int PinnedFree(void*, void* ptr, size_t, void*) {
   return cudaFreeHost(ptr) == cudaSuccess ? 0 : 1;
 }
 
+// One of the engines' two states, with the params its batched call reads
+// (one per image) and the event after that call's work.
+struct EngineSlot {
+  nvj::JpegState state = nullptr;
+  std::vector<nvj::DecodeParams> params;
+  int initialized = -1;  // the batch size nvjpegDecodeBatchedInitialize was given
+  cudaEvent_t decoded = nullptr;
+  bool in_use = false;  // a decode was queued on it since the last wait
+};
+
 class CudaJpegDecoder final : public JpegDecoder {
  public:
   CudaJpegDecoder(const nvj::Api* api, const JpegDecoderOptions& o) : api_(api), device_(o.device) {
@@ -83,10 +106,13 @@ class CudaJpegDecoder final : public JpegDecoder {
     DeviceGuard guard(device_);
     // The last batch's work must be done with the buffers below: one event,
     // never the whole device.
-    if (done_ != nullptr) (void)cudaEventSynchronize(done_);
-    for (nvj::DecodeParams p : params_) api_->DecodeParamsDestroy(p);
+    if (done_ != nullptr) (void)WaitEvent(device_, "the GPU decode's last batch", done_, kStallLimit);
+    for (EngineSlot& e : slots_) {
+      for (nvj::DecodeParams p : e.params) api_->DecodeParamsDestroy(p);
+      if (e.state != nullptr) api_->JpegStateDestroy(e.state);
+      if (e.decoded != nullptr) (void)cudaEventDestroy(e.decoded);
+    }
     if (stream_ != nullptr) api_->JpegStreamDestroy(stream_);
-    if (hw_state_ != nullptr) api_->JpegStateDestroy(hw_state_);
     if (cuda_state_ != nullptr) api_->JpegStateDestroy(cuda_state_);
     if (hw_ != nullptr) api_->Destroy(hw_);
     if (cuda_ != nullptr) api_->Destroy(cuda_);
@@ -113,13 +139,21 @@ class CudaJpegDecoder final : public JpegDecoder {
     unsigned engines = 0, cores = 0;
     if (api_->CreateExV2(nvj::kBackendHardware, &dev_, &pinned_, 0, &hw_) == nvj::kSuccess &&
         api_->GetHardwareDecoderInfo(hw_, &engines, &cores) == nvj::kSuccess && engines > 0 &&
-        api_->JpegStateCreate(hw_, &hw_state_) == nvj::kSuccess &&
+        api_->JpegStateCreate(hw_, &slots_[0].state) == nvj::kSuccess &&
+        api_->JpegStateCreate(hw_, &slots_[1].state) == nvj::kSuccess &&
         api_->JpegStreamCreate(hw_, &stream_) == nvj::kSuccess) {
       engines_ = true;
+      for (EngineSlot& e : slots_) {
+        STOKER_RETURN_IF_ERROR(
+            CudaStatus(device_, "cudaEventCreateWithFlags",
+                       cudaEventCreateWithFlags(&e.decoded, cudaEventDisableTiming)));
+      }
     } else {
-      if (hw_state_ != nullptr) api_->JpegStateDestroy(hw_state_);
+      for (EngineSlot& e : slots_) {
+        if (e.state != nullptr) api_->JpegStateDestroy(e.state);
+        e.state = nullptr;
+      }
       if (hw_ != nullptr) api_->Destroy(hw_);
-      hw_state_ = nullptr;
       hw_ = nullptr;
     }
     description_ = "nvJPEG " + std::to_string(api_->major) + "." + std::to_string(api_->minor) +
@@ -192,8 +226,23 @@ class CudaJpegDecoder final : public JpegDecoder {
     // Where each job's window goes in the arena: hardware ones decode
     // their ROI, CUDA ones the whole image.
     std::vector<uint8_t> on_hw(n, 0);
-    for (size_t i = 0; i < n; ++i) on_hw[i] = jobs[i].hardware && engines_;
-    if (engines_) STOKER_RETURN_IF_ERROR(CheckEngines(jobs, &on_hw));
+    bool any_hw = false;
+    for (size_t i = 0; i < n; ++i) {
+      on_hw[i] = jobs[i].hardware && engines_;
+      any_hw = any_hw || on_hw[i];
+    }
+    EngineSlot* slot = nullptr;
+    if (any_hw) {
+      // The state and params of the batch before last: its decode must be done.
+      slot = &slots_[next_slot_];
+      next_slot_ ^= 1;
+      if (slot->in_use) {
+        STOKER_RETURN_IF_ERROR(WaitEvent(device_, "the JPEG engines' batch before last",
+                                         slot->decoded, kStallLimit));
+        slot->in_use = false;
+      }
+      STOKER_RETURN_IF_ERROR(CheckEngines(jobs, *slot, &on_hw));
+    }
     std::vector<uint64_t> offset(n), pitch(n);
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -218,7 +267,7 @@ class CudaJpegDecoder final : public JpegDecoder {
       if (on_hw[i]) hw_index.push_back(uint32_t(i));
     }
     if (!hw_index.empty()) {
-      if (DecodeOnEngines(jobs, hw_index, offset, pitch, s).ok()) {
+      if (DecodeOnEngines(jobs, hw_index, offset, pitch, s, slot).ok()) {
         for (uint32_t i : hw_index) ok[i] = 1;
         result->hardware += uint32_t(hw_index.size());
       } else {
@@ -278,11 +327,11 @@ class CudaJpegDecoder final : public JpegDecoder {
 
   // The engines' own say per image (nvjpegDecodeBatchedSupportedEx with its
   // ROI): 0 is "supported". Those refused go to CUDA.
-  Status CheckEngines(std::span<const JpegJob> jobs, std::vector<uint8_t>* on_hw) {
+  Status CheckEngines(std::span<const JpegJob> jobs, EngineSlot& slot, std::vector<uint8_t>* on_hw) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (!(*on_hw)[i]) continue;
       const JpegJob& j = jobs[i];
-      STOKER_ASSIGN_OR_RETURN(nvj::DecodeParams p, Params(i));
+      STOKER_ASSIGN_OR_RETURN(nvj::DecodeParams p, Params(slot, i));
       int supported = 1;
       if (api_->JpegStreamParseHeader(hw_, j.data, j.size, stream_) != nvj::kSuccess ||
           api_->DecodeParamsSetOutputFormat(p, nvj::kOutputRgbi) != nvj::kSuccess ||
@@ -296,19 +345,21 @@ class CudaJpegDecoder final : public JpegDecoder {
     return Status::Ok();
   }
 
-  Result<nvj::DecodeParams> Params(size_t i) {
-    while (params_.size() <= i) {
+  Result<nvj::DecodeParams> Params(EngineSlot& slot, size_t i) {
+    while (slot.params.size() <= i) {
       nvj::DecodeParams p = nullptr;
       STOKER_RETURN_IF_ERROR(nvj::NvjpegStatus(device_, "nvjpegDecodeParamsCreate",
                                                api_->DecodeParamsCreate(hw_, &p)));
-      params_.push_back(p);
+      slot.params.push_back(p);
     }
-    return params_[i];
+    return slot.params[i];
   }
 
+  // The batched call on `slot`'s state, its end recorded in slot->decoded
+  // (whether or not the call succeeded: what it queued may still run).
   Status DecodeOnEngines(std::span<const JpegJob> jobs, const std::vector<uint32_t>& index,
                          const std::vector<uint64_t>& offset, const std::vector<uint64_t>& pitch,
-                         cudaStream_t s) {
+                         cudaStream_t s, EngineSlot* slot) {
     const size_t m = index.size();
     std::vector<const unsigned char*> data(m);
     std::vector<size_t> lengths(m);
@@ -323,18 +374,22 @@ class CudaJpegDecoder final : public JpegDecoder {
       out[k].pitch[0] = pitch[index[k]];
       // Params(i) of the job's own index was set by CheckEngines; the
       // batched call wants them in its own order.
-      STOKER_ASSIGN_OR_RETURN(params[k], Params(index[k]));
+      STOKER_ASSIGN_OR_RETURN(params[k], Params(*slot, index[k]));
     }
-    if (int(m) != batch_initialized_) {
+    if (int(m) != slot->initialized) {
       STOKER_RETURN_IF_ERROR(nvj::NvjpegStatus(
           device_, "nvjpegDecodeBatchedInitialize",
-          api_->DecodeBatchedInitialize(hw_, hw_state_, int(m), 1, nvj::kOutputRgbi)));
-      batch_initialized_ = int(m);
+          api_->DecodeBatchedInitialize(hw_, slot->state, int(m), 1, nvj::kOutputRgbi)));
+      slot->initialized = int(m);
     }
-    return nvj::NvjpegStatus(device_,
-                             "nvjpegDecodeBatchedEx(" + std::to_string(m) + " images)",
-                             api_->DecodeBatchedEx(hw_, hw_state_, data.data(), lengths.data(),
-                                                   out.data(), params.data(), s));
+    const Status st = nvj::NvjpegStatus(
+        device_, "nvjpegDecodeBatchedEx(" + std::to_string(m) + " images)",
+        api_->DecodeBatchedEx(hw_, slot->state, data.data(), lengths.data(), out.data(),
+                              params.data(), s));
+    STOKER_RETURN_IF_ERROR(
+        CudaStatus(device_, "cudaEventRecord", cudaEventRecord(slot->decoded, s)));
+    slot->in_use = true;
+    return st;
   }
 
   // After a failed batched call: the same batch with the engines off.
@@ -380,8 +435,8 @@ class CudaJpegDecoder final : public JpegDecoder {
   // The jobs table through pinned memory; the previous batch's copy must
   // have left it first.
   Status UploadTable(const std::vector<ImageJob>& table, cudaStream_t s) {
-    STOKER_RETURN_IF_ERROR(CudaStatus(device_, "cudaEventSynchronize(jobs table)",
-                                      cudaEventSynchronize(jobs_copied_)));
+    STOKER_RETURN_IF_ERROR(
+        WaitEvent(device_, "the previous batch's jobs table copy", jobs_copied_, kStallLimit));
     if (table.size() > jobs_capacity_) {
       if (jobs_device_ != nullptr) (void)cudaFreeAsync(jobs_device_, s);
       if (jobs_host_ != nullptr) (void)cudaFreeHost(jobs_host_);
@@ -411,10 +466,10 @@ class CudaJpegDecoder final : public JpegDecoder {
   nvj::DevAllocatorV2 dev_{};
   nvj::PinnedAllocatorV2 pinned_{};
   nvj::Handle hw_ = nullptr, cuda_ = nullptr;
-  nvj::JpegState hw_state_ = nullptr, cuda_state_ = nullptr;
+  nvj::JpegState cuda_state_ = nullptr;
   nvj::JpegStream stream_ = nullptr;
-  std::vector<nvj::DecodeParams> params_;
-  int batch_initialized_ = -1;
+  EngineSlot slots_[2];
+  int next_slot_ = 0;
   bool engines_ = false;
   std::string description_;
   void* arena_ = nullptr;

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <string_view>
 
 #include "stoker/status.h"
@@ -16,6 +17,13 @@ namespace stoker::gpu {
 // index, value or handle is InvalidArgument; the rest (a kernel fault that
 // poisons the context, a lost device) is IoError.
 Status CudaStatus(int device, std::string_view call, cudaError_t err);
+
+// Waits for `event` to complete, as cudaEventSynchronize does, but gives up
+// after `limit` with TimedOut naming the device and `what` rather than
+// waiting for ever on work that never finishes (a stalled engine): polls
+// cudaEventQuery, yielding, then sleeping in steps of up to 100 us.
+Status WaitEvent(int device, std::string_view what, cudaEvent_t event,
+                 std::chrono::milliseconds limit);
 
 // Makes `device` current for the calling thread and puts the previous one
 // back when it goes, so that a consumer's thread keeps its own device.

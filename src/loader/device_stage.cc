@@ -16,9 +16,10 @@ void DeviceStage::CopierLoop() {
   for (uint64_t b = 0; b < num_batches_ && !stop_; ++b) {
     if (gpu_decode_ != nullptr && gpu_decode_->balancing()) {
       // How far the workers are ahead of the GPU stage: the balance's input.
-      int ready = built_.Ready(b) ? 1 : 0;
-      if (ready && built_.capacity() > 1 && b + 1 < num_batches_ && built_.Ready(b + 1)) ready = 2;
-      gpu_decode_->Balance(ready);
+      const bool now = built_.Ready(b);
+      const int ready = CpuShareObservation(b, num_batches_, built_.capacity(), now,
+                                            now && b + 1 < num_batches_ && built_.Ready(b + 1));
+      if (ready >= 0) gpu_decode_->Balance(ready);
     }
     std::optional<Result<Batch>> r = built_.Take(b);
     if (!r) return;  // stopped

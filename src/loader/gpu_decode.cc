@@ -85,6 +85,13 @@ float CpuShareStep(float share, int ready) {
   return share;
 }
 
+int CpuShareObservation(uint64_t b, uint64_t num_batches, size_t lookahead, bool b_ready,
+                        bool next_ready) {
+  if (b == 0 || b + 1 + std::max<size_t>(lookahead, 1) >= num_batches) return -1;
+  if (!b_ready) return 0;
+  return lookahead > 1 && next_ready ? 2 : 1;
+}
+
 GpuDecode::GpuDecode(std::unique_ptr<gpu::JpegDecoder> d, const DecodeOptions& o, int device)
     : decoder_(std::move(d)), decode_(o), device_(device), spec_(SpecOf(o)), share_(o.cpu_share) {
   caps_.nvjpeg = true;
