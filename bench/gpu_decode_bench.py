@@ -31,11 +31,15 @@ them), packs them, and measures images/s delivered into GPU memory as
               at run time (up while built batches wait for the GPU stage,
               down while it waits for the workers); the share it ended at
               is reported
+  stoker_balanced_all  the balance at all --workers threads, starting from
+              stoker_both_naive's split
   stoker_both_naive  the same at --workers threads with cpu_share = cpu /
               (cpu + gpu), ignoring the GPU path's cores (the first
               measurement's split: 0.84 of the sum), for comparison
 
-Each way runs 1 + --repeats epochs on one loader; the first warms up and is
+With --rounds N the stoker ways run N times in turn (the peers once), and
+each CPU+GPU ratio is the median of the rounds' own ratios. Each way runs
+1 + --repeats epochs on one loader; the first warms up and is
 not counted; the figure is the median images/s of the others, each epoch
 ending with a torch.cuda.synchronize(). Also: CPU cores used (CPU seconds of
 this process and its children, /proc, over wall seconds), GPU memory used
@@ -45,7 +49,7 @@ decode_path. Prints a table and ratios; --json writes everything.
 
     PYTHONPATH=build/python python3 bench/gpu_decode_bench.py \\
         [--images 8000] [--repeats 3] [--workers 16] [--gpu-threads 4] \\
-        [--batch 256] [--ways dataloader,tv_gpu,stoker_cpu,stoker_gpu,stoker_both,...] \\
+        [--batch 256] [--rounds 3] [--ways dataloader,tv_gpu,stoker_cpu,stoker_gpu,...] \\
         [--dir DIR] [--json out.json]
 """
 
@@ -235,6 +239,9 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--ways", default="dataloader,tv_gpu,stoker_cpu,stoker_gpu,stoker_both,"
                    "stoker_balanced,stoker_both_naive")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the stoker ways this many times, interleaved; each figure and "
+                        "ratio is the median over the rounds (the peers run once)")
     p.add_argument("--dir", default=None, help="where to make the data (default: a temp folder)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -264,35 +271,70 @@ def main():
         "stoker_gpu": lambda: way_stoker(str(uri), args, gpu=True),
     }
 
-    def both(naive, balance=False):
+    def both(name, naive, balance=False):
         c = out["ways"].get("stoker_cpu", {}).get("images_per_s")
         g = out["ways"].get("stoker_gpu", {}).get("images_per_s")
         if not c or not g:
-            raise RuntimeError("stoker_both needs stoker_cpu and stoker_gpu measured first")
+            raise RuntimeError(f"{name} needs stoker_cpu and stoker_gpu measured first")
         threads = args.workers
         if not naive:
             gpu_cores = out["ways"]["stoker_gpu"].get("cpu_cores", 0.0)
             threads = max(1, args.workers - round(gpu_cores))
             c = c * threads / args.workers
-        key = "cpu_share_naive" if naive else "cpu_share_balanced_start" if balance else "cpu_share"
+        key = {"stoker_both": "cpu_share", "stoker_both_naive": "cpu_share_naive",
+               "stoker_balanced": "cpu_share_balanced_start",
+               "stoker_balanced_all": "cpu_share_balanced_all_start"}[name]
         out[key] = c / (c + g)
         out[key.replace("cpu_share", "both_threads")] = threads
-        print(f"  {'stoker_both_naive' if naive else 'stoker_balanced' if balance else 'stoker_both'}: "
-              f"cpu_share {out[key]:.3f} at "
-              f"{threads} threads", flush=True)
+        print(f"  {name}: cpu_share {out[key]:.3f} at {threads} threads", flush=True)
         return way_stoker(str(uri), args, gpu=True, cpu_share=out[key], both_threads=threads,
                           balance=balance)
-    makers["stoker_both"] = lambda: both(False)
-    makers["stoker_both_naive"] = lambda: both(True)
-    makers["stoker_balanced"] = lambda: both(False, balance=True)
+    makers["stoker_both"] = lambda: both("stoker_both", False)
+    makers["stoker_both_naive"] = lambda: both("stoker_both_naive", True)
+    makers["stoker_balanced"] = lambda: both("stoker_balanced", False, balance=True)
+    # The balance at every thread, from the naive split: no cores set aside.
+    makers["stoker_balanced_all"] = lambda: both("stoker_balanced_all", True, balance=True)
     print(f"images/s into GPU memory, {SIZE}x{SIZE} RandomResizedCrop + flip, batch "
           f"{args.batch}, median of {args.repeats} epochs after a warm-up:", flush=True)
-    for name in args.ways.split(","):
+    ways = args.ways.split(",")
+    peers = [n for n in ways if not n.startswith("stoker")]
+    mine = [n for n in ways if n.startswith("stoker")]
+    both_ways = ("stoker_both", "stoker_balanced", "stoker_balanced_all", "stoker_both_naive")
+
+    def run(name):
         try:
             out["ways"][name] = measure(name, makers[name], args.repeats)
         except Exception as e:  # one way failing must not lose the others
             print(f"  {name:10} FAILED: {type(e).__name__}: {e}", flush=True)
             out["ways"][name] = {"error": f"{type(e).__name__}: {e}"}
+    for name in peers:
+        run(name)
+    # The stoker ways in rounds: the machine drifts (the GPU path alone
+    # varied by 15% between epochs), so each round's CPU+GPU figure is set
+    # against that round's CPU and GPU figures, and the median taken.
+    rounds = []
+    for r in range(max(1, args.rounds)):
+        if args.rounds > 1:
+            print(f"  round {r + 1} of {args.rounds}", flush=True)
+        for name in mine:
+            run(name)
+        rounds.append({n: dict(out["ways"][n]) for n in mine})
+        rw = rounds[-1]
+        for b in both_ways:
+            if all(rw.get(k, {}).get("images_per_s") for k in (b, "stoker_cpu", "stoker_gpu")):
+                rw[b]["of_sum"] = rw[b]["images_per_s"] / (
+                    rw["stoker_cpu"]["images_per_s"] + rw["stoker_gpu"]["images_per_s"])
+    out["rounds"] = rounds
+    for name in mine:
+        got = [rw[name] for rw in rounds if rw.get(name, {}).get("images_per_s")]
+        if got:
+            out["ways"][name] = dict(out["ways"][name],
+                                     images_per_s=statistics.median(g["images_per_s"] for g in got),
+                                     rounds=[g["images_per_s"] for g in got])
+            if len(got) > 1:
+                print(f"  {name:10} median of {len(got)} rounds: "
+                      f"{out['ways'][name]['images_per_s']:9,.0f} images/s "
+                      "(" + ", ".join(f"{g['images_per_s']:,.0f}" for g in got) + ")", flush=True)
     w = out["ways"]
 
     def rate(k):
@@ -303,11 +345,14 @@ def main():
         if rate(a) and rate(b):
             ratios[f"{a}/{b}"] = rate(a) / rate(b)
             print(f"  {a} / {b}: {ratios[f'{a}/{b}']:.2f}x", flush=True)
-    for both_way in ("stoker_both", "stoker_balanced", "stoker_both_naive"):
-        if rate(both_way) and rate("stoker_cpu") and rate("stoker_gpu"):
+    for both_way in both_ways:
+        per_round = [rw[both_way]["of_sum"] for rw in rounds if "of_sum" in rw.get(both_way, {})]
+        if per_round:
             k = f"{both_way}/(stoker_cpu+stoker_gpu)"
-            ratios[k] = rate(both_way) / (rate("stoker_cpu") + rate("stoker_gpu"))
-            print(f"  {k}: {ratios[k]:.2f}", flush=True)
+            ratios[k] = statistics.median(per_round)
+            print(f"  {k}: {ratios[k]:.2f}"
+                  + (f" (median of rounds: {', '.join(f'{x:.2f}' for x in per_round)})"
+                     if len(per_round) > 1 else ""), flush=True)
     out["ratios"] = ratios
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

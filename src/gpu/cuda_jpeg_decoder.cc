@@ -244,14 +244,19 @@ class CudaJpegDecoder final : public JpegDecoder {
       STOKER_RETURN_IF_ERROR(CheckEngines(jobs, *slot, &on_hw));
     }
     std::vector<uint64_t> offset(n), pitch(n);
-    uint64_t total = 0;
+    uint64_t total = 0, whole = 0;
     for (size_t i = 0; i < n; ++i) {
       const JpegJob& j = jobs[i];
       pitch[i] = uint64_t(on_hw[i] ? j.roi_w : j.image_w) * 3;
       offset[i] = total;
       total += (pitch[i] * (on_hw[i] ? j.roi_h : j.image_h) + 255) / 256 * 256;
+      whole += (uint64_t(j.image_w) * 3 * j.image_h + 255) / 256 * 256;
     }
-    if (Status st = Reserve(total, s); !st.ok()) {
+    // The arena is sized for the whole images, which the windows never
+    // exceed: its size then depends on the images, not on the epoch's random
+    // crops, so it stops growing once each image size has been seen (sized by
+    // the windows, it grew over 50 epochs as larger batches of crops came).
+    if (Status st = Reserve(std::max(total, whole), s); !st.ok()) {
       if (st.code() != Code::kNoSpace) return st;
       // No room for the windows: these images go to the CPU, the batch goes on.
       for (size_t i = 0; i < n; ++i) {
