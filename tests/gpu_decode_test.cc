@@ -951,10 +951,22 @@ TEST(GpuDecodeLoader, OnTheGpu) {
   EXPECT_LT(diff, 3.0);
   EXPECT_EQ(s.decoded_hardware + s.decoded_cuda, 64u);
   // Device memory stays within the budget over 50 epochs (batches, nvJPEG
-  // and the decoded windows together).
+  // and the decoded windows together), and does not grow. On images of
+  // many sizes it rises in steps as batches of larger images (and, in
+  // nvJPEG's own buffers, larger bitstreams) come, up to a bound: +29% by
+  // epoch 29 in 4 of 10 runs on the H200 (10.2 MB, budget 128 MiB). A
+  // leak shows without that noise on 64 copies of one JPEG, where each
+  // batch needs the same memory whatever the shuffle and the crops.
+  const std::filesystem::path same = d.path() / "same";
+  const auto one = Jpeg(375, 500, Kind::k420);
+  for (int i = 0; i < 64; ++i) {
+    testing::WriteFile(same / "img" / ("c" + std::to_string(i % 2)) / (std::to_string(i) + ".jpg"),
+                       one);
+  }
+  ASSERT_TRUE(Pack((same / "img").string(), (same / "ds").string(), PackOptions{}).ok());
   LoaderOptions bounded = DecodingLoader("cuda:0");
   bounded.device_memory_budget = 128ull << 20;
-  auto l = Loader::Open(uri, bounded);
+  auto l = Loader::Open((same / "ds").string(), bounded);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   uint64_t after_two = 0, held_after_two = 0;
   // 50 epochs of 64 images take well under a second of decode; each epoch's
@@ -993,12 +1005,10 @@ TEST(GpuDecodeLoader, OnTheGpu) {
               (unsigned long long)held_after_two, (unsigned long long)end.device_bytes);
   EXPECT_LE(end.peak_device_bytes, bounded.device_memory_budget);
   // No growth: what the decode holds after 50 epochs, and its high-water
-  // mark, are within a tenth of what they were after two (every image seen
-  // twice). The windows' arena is sized by the whole images, not by the
-  // epoch's crops (sized by the crops it grew 20-35% between epochs 10 and
-  // 50 in half of 15 runs on the H100); the pool may add a block when
-  // copies overlap (+2.1%). A leak of a batch an epoch would add 48
-  // batches' worth (~4.7 MB).
+  // mark, are within a tenth of what they were after two. The windows'
+  // arena is sized by the whole images, not by the epoch's crops; the pool
+  // may add a block when copies overlap (+2.1% on the H100). A leak of a
+  // batch an epoch would add 48 batches' worth (~4.7 MB).
   EXPECT_LE(end.device_bytes, held_after_two + held_after_two / 10);
   EXPECT_LE(end.peak_device_bytes, after_two + after_two / 10);
   EXPECT_EQ(end.decoded_hardware + end.decoded_cuda, 50u * 64);
