@@ -195,20 +195,24 @@ class LoaderAllocFailure : public ::testing::TestWithParam<LoaderCase> {};
 
 TEST_P(LoaderAllocFailure, IsNoSpaceNamingBytesAndPartAndTheNextEpochRuns) {
   Dataset ds;
-  auto l = Loader::Open(ds.uri, Opts(GetParam().read_unit));
-  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  std::unique_ptr<Loader> loader;
   {
+    // Armed before Open: Open starts the epoch, and its readers and workers
+    // may fill every slot before the first Next.
     FailAllocations fail(GetParam().part);
-    Status st = Drain(**l);
+    auto l = Loader::Open(ds.uri, Opts(GetParam().read_unit));
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    loader = std::move(l).value();
+    Status st = Drain(*loader);
     ExpectNoSpace(st, GetParam().part);
     // Which batch or shard it was for.
     EXPECT_TRUE(Contains(st.message(), "batch ") || Contains(st.message(), "shard"))
         << st.ToString();
   }
   // The process lives, and so does the loader: the next epoch is whole.
-  ASSERT_TRUE((*l)->StartEpoch(1).ok());
+  ASSERT_TRUE(loader->StartEpoch(1).ok());
   uint64_t batches = 0;
-  ASSERT_TRUE(Drain(**l, &batches).ok());
+  ASSERT_TRUE(Drain(*loader, &batches).ok());
   EXPECT_EQ(batches, (120u + 7) / 8);
 }
 
