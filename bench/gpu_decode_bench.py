@@ -33,6 +33,9 @@ them), packs them, and measures images/s delivered into GPU memory as
               is reported
   stoker_balanced_all  the balance at all --workers threads, starting from
               stoker_both_naive's split
+  stoker_balanced_nice0, stoker_balanced_all_nice0  the same two with
+              decode["worker_nice"] = 0: the workers at the copier's
+              priority (the default puts them 5 behind it), for comparison
   stoker_both_naive  the same at --workers threads with cpu_share = cpu /
               (cpu + gpu), ignoring the GPU path's cores (the first
               measurement's split: 0.84 of the sum), for comparison
@@ -172,11 +175,13 @@ def way_tv_gpu(root, args):
     return epoch, None
 
 
-def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None, balance=False):
+def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None, balance=False, nice=None):
     decode = {"field": "image", "size": (SIZE, SIZE), "crop": "random_resized",
               "scale": SCALE, "ratio": RATIO, "flip": 0.5}
     if gpu:
         decode["device"] = "cuda:0"
+    if nice is not None:
+        decode["worker_nice"] = nice
     threads = args.gpu_threads if gpu else args.workers
     if cpu_share is not None:
         decode["cpu_share"] = cpu_share
@@ -199,12 +204,13 @@ def measure(name, make, repeats):
     torch.cuda.synchronize()
     base_mem = gpu_used()
     epoch, loader = make()
-    rates, cores, mem = [], [], 0
+    rates, cores, walls, mem = [], [], [], 0
     for e in range(1 + repeats):
         c0, t0 = cpu_seconds(), time.perf_counter()
         n = epoch(e)
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
+        walls.append(wall)
         rates.append(n / wall)
         cores.append((cpu_seconds() - c0) / wall)
         mem = max(mem, gpu_used() - base_mem)
@@ -217,6 +223,12 @@ def measure(name, make, repeats):
                               for k in ("hardware", "cuda", "cpu")}
         r["decode_path"] = s["decode_path"]
         r["stats"] = {k: v for k, v in s.items() if isinstance(v, (int, float, str))}
+        if s.get("gpu_decode_seconds"):
+            # The copier thread's time, over every epoch's wall time (the
+            # warm-up's too: the counters are the loader's).
+            all_wall = sum(walls)
+            r["copier"] = {k: s[k + "_seconds"] / all_wall
+                           for k in ("copier_wait", "gpu_decode", "gpu_decode_wait", "copier_cpu")}
         loader.close()
     print(f"  {name:10} {r['images_per_s']:9,.0f} images/s  {r['cpu_cores']:5.1f} cores  "
           f"GPU {r['gpu_memory_bytes'] / 2**20:7.0f} MiB"
@@ -225,6 +237,11 @@ def measure(name, make, repeats):
              if "backend_share" in r else ""), flush=True)
     if "decode_path" in r:
         print(f"             decode_path: {r['decode_path']}", flush=True)
+    if "copier" in r:
+        c = r["copier"]
+        print(f"             copier, of the wall time: waiting for the workers "
+              f"{c['copier_wait']:.0%}, in the GPU decode {c['gpu_decode']:.0%} (waiting for "
+              f"the GPU {c['gpu_decode_wait']:.0%}), on a CPU {c['copier_cpu']:.0%}", flush=True)
     if r.get("stats", {}).get("decode_cpu_share"):
         print(f"             cpu share at the end: {r['stats']['decode_cpu_share']:.3f}", flush=True)
     return r
@@ -271,7 +288,7 @@ def main():
         "stoker_gpu": lambda: way_stoker(str(uri), args, gpu=True),
     }
 
-    def both(name, naive, balance=False):
+    def both(name, naive, balance=False, nice=None):
         c = out["ways"].get("stoker_cpu", {}).get("images_per_s")
         g = out["ways"].get("stoker_gpu", {}).get("images_per_s")
         if not c or not g:
@@ -283,23 +300,30 @@ def main():
             c = c * threads / args.workers
         key = {"stoker_both": "cpu_share", "stoker_both_naive": "cpu_share_naive",
                "stoker_balanced": "cpu_share_balanced_start",
-               "stoker_balanced_all": "cpu_share_balanced_all_start"}[name]
+               "stoker_balanced_all": "cpu_share_balanced_all_start",
+               "stoker_balanced_nice0": "cpu_share_balanced_nice0_start",
+               "stoker_balanced_all_nice0": "cpu_share_balanced_all_nice0_start"}[name]
         out[key] = c / (c + g)
         out[key.replace("cpu_share", "both_threads")] = threads
         print(f"  {name}: cpu_share {out[key]:.3f} at {threads} threads", flush=True)
         return way_stoker(str(uri), args, gpu=True, cpu_share=out[key], both_threads=threads,
-                          balance=balance)
+                          balance=balance, nice=nice)
     makers["stoker_both"] = lambda: both("stoker_both", False)
     makers["stoker_both_naive"] = lambda: both("stoker_both_naive", True)
     makers["stoker_balanced"] = lambda: both("stoker_balanced", False, balance=True)
     # The balance at every thread, from the naive split: no cores set aside.
     makers["stoker_balanced_all"] = lambda: both("stoker_balanced_all", True, balance=True)
+    makers["stoker_balanced_nice0"] = lambda: both("stoker_balanced_nice0", False, balance=True,
+                                                   nice=0)
+    makers["stoker_balanced_all_nice0"] = lambda: both("stoker_balanced_all_nice0", True,
+                                                       balance=True, nice=0)
     print(f"images/s into GPU memory, {SIZE}x{SIZE} RandomResizedCrop + flip, batch "
           f"{args.batch}, median of {args.repeats} epochs after a warm-up:", flush=True)
     ways = args.ways.split(",")
     peers = [n for n in ways if not n.startswith("stoker")]
     mine = [n for n in ways if n.startswith("stoker")]
-    both_ways = ("stoker_both", "stoker_balanced", "stoker_balanced_all", "stoker_both_naive")
+    both_ways = ("stoker_both", "stoker_balanced", "stoker_balanced_all", "stoker_both_naive",
+                 "stoker_balanced_nice0", "stoker_balanced_all_nice0")
 
     def run(name):
         try:

@@ -167,6 +167,10 @@ class LoaderHandle {
     d["decode_path"] = s.decode_path;
     d["decode_cpu_share"] = s.decode_cpu_share;
     d["wait_seconds"] = std::chrono::duration<double>(s.wait_time).count();
+    d["copier_wait_seconds"] = std::chrono::duration<double>(s.copier_wait_time).count();
+    d["gpu_decode_seconds"] = std::chrono::duration<double>(s.gpu_decode_time).count();
+    d["gpu_decode_wait_seconds"] = std::chrono::duration<double>(s.gpu_decode_wait_time).count();
+    d["copier_cpu_seconds"] = std::chrono::duration<double>(s.copier_cpu_time).count();
     d["peak_buffer_bytes"] = s.peak_buffer_bytes;
     d["h2d_bytes"] = s.h2d_bytes;
     d["h2d_seconds"] = std::chrono::duration<double>(s.h2d_time).count();
@@ -305,6 +309,7 @@ void BindDecode(py::module_& m) {
       .def_readwrite("device", &DecodeOptions::device)
       .def_readwrite("cpu_share", &DecodeOptions::cpu_share)
       .def_readwrite("cpu_share_balance", &DecodeOptions::cpu_share_balance)
+      .def_readwrite("worker_nice", &DecodeOptions::worker_nice)
       .def_readwrite("crop", &DecodeOptions::crop)
       .def_readwrite("dtype", &DecodeOptions::dtype)
       .def_readwrite("layout", &DecodeOptions::layout)

@@ -6,6 +6,7 @@
 // GPU (the kernel against its reference, the nvJPEG stage) skip, saying
 // why, where there is none.
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
@@ -662,6 +667,13 @@ TEST(GpuDecodeList, CpuShareKeepsAFractionOnTheCpuChosenPerSample) {
   EXPECT_NEAR(double(kept) / kSamples, 0.3, 0.04);
   o.cpu_share = 1.5f;
   EXPECT_EQ(ValidateDecodeOptions(o).code(), Code::kInvalidArgument);
+  o.cpu_share = 0.3f;
+  o.worker_nice = 19;
+  EXPECT_TRUE(ValidateDecodeOptions(o).ok());
+  o.worker_nice = 20;
+  const Status nice = ValidateDecodeOptions(o);
+  EXPECT_EQ(nice.code(), Code::kInvalidArgument);
+  EXPECT_NE(nice.message().find("worker_nice 20"), std::string::npos) << nice.ToString();
 }
 
 // A batch's list takes the share it was given (the balance's current one),
@@ -909,6 +921,27 @@ TEST(GpuDecodeLoader, ACorruptJpegIsTheCpuPathsError) {
 }
 
 #ifdef STOKER_HAVE_CUDA
+// Thread id -> nice, of this process's threads (/proc/self/task/*/stat,
+// field 19).
+std::map<int, int> ThreadNices() {
+  std::map<int, int> out;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(t.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(paren + 2));
+    std::string field;
+    // After the name: state is field 3, nice field 19.
+    for (int k = 3; k < 19 && rest >> field; ++k) {
+    }
+    int n = 0;
+    if (rest >> n) out[std::stoi(t.path().filename().string())] = n;
+  }
+  return out;
+}
+
 // On a GPU with nvJPEG: every image decoded on the GPU (the synthetic set
 // is baseline 4:2:0), within a few grey levels of the CPU path on the same
 // crops, device memory flat over epochs.
@@ -923,6 +956,24 @@ TEST(GpuDecodeLoader, OnTheGpu) {
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   std::printf("decode path: %s\n", (*gpu)->stats().decode_path.c_str());
+  {
+    // The workers run behind the copier (DecodeOptions::worker_nice), the
+    // process's other threads where they were. Open started them; each
+    // lowers itself first thing.
+    const int base = ThreadNices().at(int(gettid()));
+    int lowered = 0;
+    size_t threads = 0;
+    for (int k = 0; k < 2000 && lowered < 2; ++k) {
+      const std::map<int, int> nice = ThreadNices();
+      threads = nice.size();
+      lowered = int(std::count_if(nice.begin(), nice.end(), [&](const auto& t) {
+        return t.second == base + int(DecodeOptions{}.worker_nice);
+      }));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(lowered, 2) << "workers (threads = 2) at nice " << base << " + 5, of " << threads
+                          << " threads";
+  }
   const auto want = EpochImages(**cpu);
   std::vector<uint8_t> got;
   while (true) {
@@ -950,6 +1001,7 @@ TEST(GpuDecodeLoader, OnTheGpu) {
               (unsigned long long)s.decoded_cpu);
   EXPECT_LT(diff, 3.0);
   EXPECT_EQ(s.decoded_hardware + s.decoded_cuda, 64u);
+
   // Device memory stays within the budget over 50 epochs (batches, nvJPEG
   // and the decoded windows together), and does not grow. On images of
   // many sizes it rises in steps as batches of larger images (and, in
@@ -1012,6 +1064,12 @@ TEST(GpuDecodeLoader, OnTheGpu) {
   EXPECT_LE(end.device_bytes, held_after_two + held_after_two / 10);
   EXPECT_LE(end.peak_device_bytes, after_two + after_two / 10);
   EXPECT_EQ(end.decoded_hardware + end.decoded_cuda, 50u * 64);
+  // The copier's time: some in the GPU decode, part of that waiting for
+  // the GPU, and CPU time of its own.
+  EXPECT_GT(end.gpu_decode_time.count(), 0);
+  EXPECT_LE(end.gpu_decode_wait_time, end.gpu_decode_time);
+  EXPECT_GT(end.copier_cpu_time.count(), 0);
+  EXPECT_GT(end.copier_wait_time.count(), 0);  // at least each epoch's first batch
 }
 #endif
 

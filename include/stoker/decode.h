@@ -143,6 +143,13 @@ struct DecodeOptions {
   // two paths (crops and flips do not). LoaderStats::decode_cpu_share is the
   // share now. Default: off (the fixed cpu_share, deterministic).
   bool cpu_share_balance = false;
+  // With `device`, while the GPU decode runs: the worker threads' nice is
+  // raised by this much, so that the one copier thread that feeds the GPU
+  // (its host work: nvJPEG's parsing and Huffman decode, the copies) gets a
+  // core the moment it needs one, and the workers decode the CPU's share
+  // on the cores it leaves. 0 leaves the workers at the process's nice.
+  // Between 0 and 19. Default: 5.
+  uint32_t worker_nice = 5;
 };
 
 // InvalidArgument naming the parameter when `o` is out of range (sizes,

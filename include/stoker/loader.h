@@ -278,6 +278,17 @@ struct LoaderStats {
   float decode_cpu_share = 0.0f;
   // Time Next() spent blocked waiting for a batch (the consumer's data wait).
   std::chrono::nanoseconds wait_time{0};
+  // Device delivery: the copier thread that takes built batches to the GPU.
+  // copier_wait_time: blocked for the workers' next batch (the GPU stage
+  // ahead of them); gpu_decode_time: in the GPU decode (nvJPEG's host work,
+  // queuing the kernels, the CPU fallback), gpu_decode_wait_time of it
+  // waiting for the GPU's earlier work; copier_cpu_time: the CPU time the
+  // thread got. Busy time (wall less copier_wait_time) well above
+  // copier_cpu_time means it waited for a core.
+  std::chrono::nanoseconds copier_wait_time{0};
+  std::chrono::nanoseconds gpu_decode_time{0};
+  std::chrono::nanoseconds gpu_decode_wait_time{0};
+  std::chrono::nanoseconds copier_cpu_time{0};
   // Peak bytes held in shard and batch buffers.
   uint64_t peak_buffer_bytes = 0;
   // Device delivery: bytes copied to the GPU, and the time those copies kept

@@ -224,7 +224,9 @@ class Loader:
         workers decode that fraction of the GPU's images too, chosen per
         sample: CPU and GPU together; cpu_share_balance=True moves that
         fraction at run time so neither path idles (stats()
-        ["decode_cpu_share"] is the share now; stoker/decode.h).
+        ["decode_cpu_share"] is the share now; stoker/decode.h). With
+        device the workers run at worker_nice (default 5) above the
+        process's nice, behind the thread that feeds the GPU.
         Each key defaults to the value shown (crop "resize", flip 0, no
         normalize, uint8, NHWC); a key given as None keeps C++'s default.
         crop, dtype and layout are read by C++ (stoker/decode.h, the same

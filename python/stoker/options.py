@@ -87,7 +87,7 @@ def _seconds(name, value, allow_zero=False):
 
 _DECODE_KEYS = ("field", "size", "crop", "scale", "ratio", "resize_shorter", "flip", "normalize",
                 "dtype", "layout", "skip_corrupt", "device", "cpu_share",
-                "cpu_share_balance")
+                "cpu_share_balance", "worker_nice")
 #: torchvision's ImageNet mean and std (normalize=True or "imagenet"): DecodeOptions'
 #: defaults (include/stoker/decode.h), as the decimals they were written as.
 IMAGENET_NORMALIZE = tuple(tuple(float(str(np.float32(x))) for x in v)
@@ -194,6 +194,11 @@ def _decode_options(decode):
         o.cpu_share = _decode_real("cpu_share", decode["cpu_share"])
     if "cpu_share_balance" in decode:
         o.cpu_share_balance = _bool("decode['cpu_share_balance']", decode["cpu_share_balance"])
+    if "worker_nice" in decode:
+        v = decode["worker_nice"]
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ValueError(f"decode['worker_nice'] must be a whole number from 0, got {v!r}")
+        o.worker_nice = min(int(v), 1 << 31)  # the range is checked in C++
     o.validate()  # ranges: stoker.InvalidArgumentError (a ValueError) naming the parameter
     return field, height, width, o
 

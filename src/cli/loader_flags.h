@@ -64,6 +64,10 @@ struct LoaderFlags {
     cmd->add_flag("--decode-cpu-share-balance", options.decode.cpu_share_balance,
                   "With --decode-device: move the CPU's share at run time, from --decode-cpu-share, "
                   "so neither path idles");
+    cmd->add_option("--decode-worker-nice", options.decode.worker_nice,
+                    "With --decode-device: raise the workers' nice by this much, so that the "
+                    "thread feeding the GPU keeps a core (0-19)")
+        ->capture_default_str();
     cmd->add_option("--cache", options.cache_dir,
                     "Node cache folder on local disk, shared by the node's ranks and jobs");
     cmd->add_option("--cache-gib", cache_gib,

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 
 #include "gpu/cuda_util.h"
@@ -32,6 +33,12 @@ namespace {
 // How long a wait on the GPU's own work may take before it is a stall: a
 // batch takes milliseconds (seconds under compute-sanitizer).
 constexpr std::chrono::milliseconds kStallLimit{30000};
+
+uint64_t NanosSince(std::chrono::steady_clock::time_point t) {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - t)
+                      .count());
+}
 
 // The device allocator nvJPEG and the arena share, bounded by the budget.
 struct Budget {
@@ -209,6 +216,7 @@ class CudaJpegDecoder final : public JpegDecoder {
           DecodeChunk(jobs.subspan(begin, end - begin), spec, device_column, stream_handle, &part));
       result->hardware += part.hardware;
       result->cuda += part.cuda;
+      result->wait_ns += part.wait_ns;
       for (size_t k = 0; k < part.failed.size(); ++k) {
         result->failed.push_back(part.failed[k] + uint32_t(begin));
         result->why.push_back(std::move(part.why[k]));
@@ -237,8 +245,10 @@ class CudaJpegDecoder final : public JpegDecoder {
       slot = &slots_[next_slot_];
       next_slot_ ^= 1;
       if (slot->in_use) {
+        const auto t = std::chrono::steady_clock::now();
         STOKER_RETURN_IF_ERROR(WaitEvent(device_, "the JPEG engines' batch before last",
                                          slot->decoded, kStallLimit));
+        result->wait_ns += NanosSince(t);
         slot->in_use = false;
       }
       STOKER_RETURN_IF_ERROR(CheckEngines(jobs, *slot, &on_hw));
@@ -256,7 +266,7 @@ class CudaJpegDecoder final : public JpegDecoder {
     // exceed: its size then depends on the images, not on the epoch's random
     // crops, so it stops growing once each image size has been seen (sized by
     // the windows, it grew over 50 epochs as larger batches of crops came).
-    if (Status st = Reserve(std::max(total, whole), s); !st.ok()) {
+    if (Status st = Reserve(whole, s); !st.ok()) {
       if (st.code() != Code::kNoSpace) return st;
       // No room for the windows: these images go to the CPU, the batch goes on.
       for (size_t i = 0; i < n; ++i) {
@@ -323,7 +333,7 @@ class CudaJpegDecoder final : public JpegDecoder {
       table.push_back(k);
     }
     if (!table.empty()) {
-      STOKER_RETURN_IF_ERROR(UploadTable(table, s));
+      STOKER_RETURN_IF_ERROR(UploadTable(table, s, &result->wait_ns));
       STOKER_RETURN_IF_ERROR(LaunchFusedResize(device_, jobs_device_, uint32_t(table.size()), spec,
                                                device_column, stream_handle));
     }
@@ -439,9 +449,11 @@ class CudaJpegDecoder final : public JpegDecoder {
 
   // The jobs table through pinned memory; the previous batch's copy must
   // have left it first.
-  Status UploadTable(const std::vector<ImageJob>& table, cudaStream_t s) {
+  Status UploadTable(const std::vector<ImageJob>& table, cudaStream_t s, uint64_t* wait_ns) {
+    const auto t = std::chrono::steady_clock::now();
     STOKER_RETURN_IF_ERROR(
         WaitEvent(device_, "the previous batch's jobs table copy", jobs_copied_, kStallLimit));
+    *wait_ns += NanosSince(t);
     if (table.size() > jobs_capacity_) {
       if (jobs_device_ != nullptr) (void)cudaFreeAsync(jobs_device_, s);
       if (jobs_host_ != nullptr) (void)cudaFreeHost(jobs_host_);

@@ -46,6 +46,7 @@ struct JpegDecodeResult {
   std::vector<uint32_t> failed;
   std::vector<Status> why;
   uint32_t hardware = 0, cuda = 0;  // images each backend decoded
+  uint64_t wait_ns = 0;  // time the call spent waiting for the GPU's earlier work
 };
 
 struct JpegDecoderOptions {

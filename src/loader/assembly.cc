@@ -1,8 +1,12 @@
 #include "loader/assembly.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cerrno>
 
 #include "core/thread_boundary.h"
 
@@ -82,6 +86,16 @@ void Assembly::Consumed(uint64_t next) {
 }
 
 void Assembly::WorkerLoop(uint32_t id) {
+  if (config_.gpu_decode != nullptr && config_.options->decode.worker_nice > 0) {
+    // Behind the copier thread that feeds the GPU (DecodeOptions::worker_nice).
+    const auto tid = id_t(gettid());
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) {
+      (void)setpriority(PRIO_PROCESS, tid,
+                        std::min(19, now + int(config_.options->decode.worker_nice)));
+    }
+  }
   DecodeScratch scratch;
   std::shared_ptr<Job> job;
   while (true) {

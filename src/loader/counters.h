@@ -21,6 +21,13 @@ struct LoaderCounters {
   std::atomic<uint64_t> decoded_hardware{0};
   std::atomic<uint64_t> decoded_cuda{0};
   std::atomic<uint64_t> decoded_cpu{0};
+  // The device stage's copier thread: time blocked for the workers' next
+  // batch, time in the GPU decode (of it, waiting for the GPU's own work),
+  // and the CPU time the thread was given.
+  std::atomic<uint64_t> copier_wait_ns{0};
+  std::atomic<uint64_t> gpu_decode_ns{0};
+  std::atomic<uint64_t> gpu_decode_wait_ns{0};
+  std::atomic<uint64_t> copier_cpu_ns{0};
 
   static void Add(std::atomic<uint64_t>& c, uint64_t n) {
     c.fetch_add(n, std::memory_order_relaxed);

@@ -176,6 +176,10 @@ Status ValidateDecodeOptions(const DecodeOptions& o) {
     return InvalidArgument("decode cpu_share " + Num(o.cpu_share) +
                            ": a fraction of the images, between 0 and 1");
   }
+  if (o.worker_nice > 19) {
+    return InvalidArgument("decode worker_nice " + std::to_string(o.worker_nice) +
+                           ": a nice increment, between 0 and 19");
+  }
   if (!(o.flip >= 0 && o.flip <= 1)) {
     return InvalidArgument("decode flip " + Num(o.flip) + ": a probability, between 0 and 1");
   }

@@ -1,5 +1,7 @@
 #include "loader/device_stage.h"
 
+#include <time.h>
+
 #include "core/thread_boundary.h"
 #include "loader/batch_builder.h"
 #include "stoker/gpu.h"
@@ -12,7 +14,22 @@ void DeviceStage::Stop() {
   if (copier_.joinable()) copier_.join();
 }
 
+namespace {
+
+uint64_t ThreadCpuNanos() {
+  timespec t{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
+  return uint64_t(t.tv_sec) * 1000000000u + uint64_t(t.tv_nsec);
+}
+
+uint64_t NanosSince(Clock::time_point t) {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
+
+}  // namespace
+
 void DeviceStage::CopierLoop() {
+  uint64_t cpu = ThreadCpuNanos();
   for (uint64_t b = 0; b < num_batches_ && !stop_; ++b) {
     if (gpu_decode_ != nullptr && gpu_decode_->balancing()) {
       // How far the workers are ahead of the GPU stage: the balance's input.
@@ -21,8 +38,10 @@ void DeviceStage::CopierLoop() {
                                             now && b + 1 < num_batches_ && built_.Ready(b + 1));
       if (ready >= 0) gpu_decode_->Balance(ready);
     }
+    const auto waited = Clock::now();
     std::optional<Result<Batch>> r = built_.Take(b);
     if (!r) return;  // stopped
+    if (counters_ != nullptr) LoaderCounters::Add(counters_->copier_wait_ns, NanosSince(waited));
     if (r->ok()) {
       // What the copy does not expect fails this batch, not the process.
       r.emplace(internal::CatchAsStatus("loader device stage",
@@ -30,6 +49,11 @@ void DeviceStage::CopierLoop() {
     }
     copied_.Put(b, std::move(*r));
     next_copy_ = b + 1;
+    if (counters_ != nullptr) {
+      const uint64_t now = ThreadCpuNanos();
+      LoaderCounters::Add(counters_->copier_cpu_ns, now - cpu);
+      cpu = now;
+    }
   }
 }
 
@@ -46,7 +70,9 @@ Result<Batch> DeviceStage::ToDevice(Batch batch) {
   Status decode_error;  // a sample's own error, reported as the CPU path reports it
   if (gpu_decode_ != nullptr && mem->gpu_decode() != nullptr) {
     decode = [this, &mem, &decode_error](CudaStreamHandle stream, std::byte* device) {
+      const auto start = Clock::now();
       decode_error = gpu_decode_->Run(*mem->gpu_decode(), mem->data(), stream, device, counters_);
+      if (counters_ != nullptr) LoaderCounters::Add(counters_->gpu_decode_ns, NanosSince(start));
       return decode_error;
     };
   }

@@ -145,6 +145,7 @@ Status GpuDecode::Run(const GpuDecodeList& list, std::byte* host_base, CudaStrea
                                                stream, &r));
   LoaderCounters::Add(counters->decoded_hardware, r.hardware);
   LoaderCounters::Add(counters->decoded_cuda, r.cuda);
+  LoaderCounters::Add(counters->gpu_decode_wait_ns, r.wait_ns);
   // What nvJPEG failed on: the CPU path, whose verdict stands.
   for (size_t k = 0; k < r.failed.size(); ++k) {
     const size_t i = sample[r.failed[k]];

@@ -42,6 +42,17 @@ def test_stats_say_which_path_decoded(tmp_path):
     with pytest.raises(TypeError, match="cpu_share_balance"):
         stoker.Loader(tmp_path / "ds", 3, decode={"field": "image", "cpu_share_balance": "yes"},
                       rank=0, world_size=1)
+    # worker_nice: a whole number, its range checked in C++.
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="worker_nice"):
+            stoker.Loader(tmp_path / "ds", 3, decode={"field": "image", "worker_nice": bad},
+                          rank=0, world_size=1)
+    with pytest.raises(ValueError, match="worker_nice 20: a nice increment"):
+        stoker.Loader(tmp_path / "ds", 3, decode={"field": "image", "worker_nice": 20},
+                      rank=0, world_size=1)
+    assert sum(len(b["sample_ids"]) for b in stoker.Loader(
+        tmp_path / "ds", 3, decode={"field": "image", "size": 16, "worker_nice": 0},
+        rank=0, world_size=1)) == 6
 
 
 def test_bfloat16_images_are_for_device_delivery(tmp_path):
