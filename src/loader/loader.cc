@@ -415,6 +415,10 @@ LoaderStats LoaderImpl::stats() const {
   s.decoded_cuda = get(c.decoded_cuda);
   s.decoded_cpu = get(c.decoded_cpu);
   s.decode_path = decode_path_;
+  s.copier_wait_time = std::chrono::nanoseconds(get(c.copier_wait_ns));
+  s.gpu_decode_time = std::chrono::nanoseconds(get(c.gpu_decode_ns));
+  s.gpu_decode_wait_time = std::chrono::nanoseconds(get(c.gpu_decode_wait_ns));
+  s.copier_cpu_time = std::chrono::nanoseconds(get(c.copier_cpu_ns));
   return s;
 }
 
