@@ -36,6 +36,9 @@ them), packs them, and measures images/s delivered into GPU memory as
   stoker_balanced_nice0, stoker_balanced_all_nice0  the same two with
               decode["worker_nice"] = 0: the workers at the copier's
               priority (the default puts them 5 behind it), for comparison
+  stoker_balanced_deep  stoker_balanced with prefetch=--deep-prefetch
+              batches built ahead (the default is 4): a deeper queue
+              between the workers and the copier, for comparison
   stoker_both_naive  the same at --workers threads with cpu_share = cpu /
               (cpu + gpu), ignoring the GPU path's cores (the first
               measurement's split: 0.84 of the sum), for comparison
@@ -175,7 +178,8 @@ def way_tv_gpu(root, args):
     return epoch, None
 
 
-def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None, balance=False, nice=None):
+def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None, balance=False, nice=None,
+               prefetch=None):
     decode = {"field": "image", "size": (SIZE, SIZE), "crop": "random_resized",
               "scale": SCALE, "ratio": RATIO, "flip": 0.5}
     if gpu:
@@ -189,7 +193,7 @@ def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None, balance=False,
             decode["cpu_share_balance"] = True
         threads = both_threads or args.workers
     loader = stoker.Loader(uri, args.batch, threads=threads, rank=0, world_size=1,
-                           decode=decode, device="cuda:0", format="torch")
+                           decode=decode, device="cuda:0", format="torch", prefetch=prefetch)
 
     def epoch(e):
         loader.set_epoch(e)
@@ -254,6 +258,8 @@ def main():
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--gpu-threads", type=int, default=4)
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--deep-prefetch", type=int, default=12,
+                   help="stoker_balanced_deep's prefetch (batches built ahead)")
     p.add_argument("--ways", default="dataloader,tv_gpu,stoker_cpu,stoker_gpu,stoker_both,"
                    "stoker_balanced,stoker_both_naive")
     p.add_argument("--rounds", type=int, default=1,
@@ -288,7 +294,7 @@ def main():
         "stoker_gpu": lambda: way_stoker(str(uri), args, gpu=True),
     }
 
-    def both(name, naive, balance=False, nice=None):
+    def both(name, naive, balance=False, nice=None, prefetch=None):
         c = out["ways"].get("stoker_cpu", {}).get("images_per_s")
         g = out["ways"].get("stoker_gpu", {}).get("images_per_s")
         if not c or not g:
@@ -302,12 +308,13 @@ def main():
                "stoker_balanced": "cpu_share_balanced_start",
                "stoker_balanced_all": "cpu_share_balanced_all_start",
                "stoker_balanced_nice0": "cpu_share_balanced_nice0_start",
-               "stoker_balanced_all_nice0": "cpu_share_balanced_all_nice0_start"}[name]
+               "stoker_balanced_all_nice0": "cpu_share_balanced_all_nice0_start",
+               "stoker_balanced_deep": "cpu_share_balanced_deep_start"}[name]
         out[key] = c / (c + g)
         out[key.replace("cpu_share", "both_threads")] = threads
         print(f"  {name}: cpu_share {out[key]:.3f} at {threads} threads", flush=True)
         return way_stoker(str(uri), args, gpu=True, cpu_share=out[key], both_threads=threads,
-                          balance=balance, nice=nice)
+                          balance=balance, nice=nice, prefetch=prefetch)
     makers["stoker_both"] = lambda: both("stoker_both", False)
     makers["stoker_both_naive"] = lambda: both("stoker_both_naive", True)
     makers["stoker_balanced"] = lambda: both("stoker_balanced", False, balance=True)
@@ -317,13 +324,15 @@ def main():
                                                    nice=0)
     makers["stoker_balanced_all_nice0"] = lambda: both("stoker_balanced_all_nice0", True,
                                                        balance=True, nice=0)
+    makers["stoker_balanced_deep"] = lambda: both("stoker_balanced_deep", False, balance=True,
+                                                  prefetch=args.deep_prefetch)
     print(f"images/s into GPU memory, {SIZE}x{SIZE} RandomResizedCrop + flip, batch "
           f"{args.batch}, median of {args.repeats} epochs after a warm-up:", flush=True)
     ways = args.ways.split(",")
     peers = [n for n in ways if not n.startswith("stoker")]
     mine = [n for n in ways if n.startswith("stoker")]
     both_ways = ("stoker_both", "stoker_balanced", "stoker_balanced_all", "stoker_both_naive",
-                 "stoker_balanced_nice0", "stoker_balanced_all_nice0")
+                 "stoker_balanced_nice0", "stoker_balanced_all_nice0", "stoker_balanced_deep")
 
     def run(name):
         try:
