@@ -283,8 +283,10 @@ struct LoaderStats {
   // ahead of them); gpu_decode_time: in the GPU decode (nvJPEG's host work,
   // queuing the kernels, the CPU fallback), gpu_decode_wait_time of it
   // waiting for the GPU's earlier work; copier_cpu_time: the CPU time the
-  // thread got. Busy time (wall less copier_wait_time) well above
-  // copier_cpu_time means it waited for a core.
+  // thread got (over every batch: the copies and the waits for device
+  // memory and for room in the delivered queue too). gpu_decode_time less
+  // gpu_decode_wait_time well above copier_cpu_time means it waited for a
+  // core.
   std::chrono::nanoseconds copier_wait_time{0};
   std::chrono::nanoseconds gpu_decode_time{0};
   std::chrono::nanoseconds gpu_decode_wait_time{0};
