@@ -3,7 +3,8 @@
 # the stacks of bench/gpu_decode_bench.py's stoker_gpu way with gdb while
 # it runs, and counts, for the thread running DeviceStage::CopierLoop, the
 # innermost frames (a poor man's profiler: no perf on the GPU image).
-# Not yet run to completion on a GPU machine.
+# Sampling stops after STOKER_PROFILE_SECONDS (default 90), so that the
+# count is printed within the caller's limit.
 #
 #   run(command="bash scripts/gpu/decode_profile.sh", carry=[".gpu-carry"])
 #
@@ -26,17 +27,23 @@ PYTHONPATH=/tmp/stoker-py PYTHONUNBUFFERED=1 python3 bench/gpu_decode_bench.py \
   --dir /tmp/stoker-gpu-decode --images "${STOKER_DECODE_IMAGES:-24000}" --repeats 40 \
   --ways "$way" >"$dest/bench.log" 2>&1 &
 pid=$!
-# Until the loader runs (the data made, the first epoch started).
-for ((k = 0; k < 120; ++k)); do
-  grep -q "median of" "$dest/bench.log" 2>/dev/null && break
+# Until the loader runs: the GPU decode says which path it took when it
+# opens (the bench's header line comes before the data is made).
+for ((k = 0; k < 180; ++k)); do
+  grep -q "decode device" "$dest/bench.log" 2>/dev/null && break
   sleep 1
 done
 sleep 3
+stop_at=$(($(date +%s) + ${STOKER_PROFILE_SECONDS:-90}))
 for ((i = 0; i < samples; ++i)); do
   kill -0 "$pid" 2>/dev/null || break
+  (($(date +%s) < stop_at)) || break
   # Symbols of the binding alone: loading torch's made an attach take many
   # seconds (the first run, 12 samples, did not finish in 110 s).
+  # nvJPEG's and the driver's exported names tell its host work from a
+  # wait on the GPU.
   timeout 20 "$dbg" -p "$pid" -batch -ex 'set auto-solib-add off' -ex 'sharedlibrary _stoker' \
+    -ex 'sharedlibrary nvjpeg' -ex 'sharedlibrary libcuda' -ex 'sharedlibrary libcudart' \
     -ex 'thread apply all bt 40' >/tmp/decode-profile/stacks/$i.txt 2>/dev/null
   sleep 0.2
 done
@@ -54,10 +61,13 @@ for f in sorted(glob.glob("/tmp/decode-profile/stacks/*.txt")):
         if "CopierLoop" not in t:
             continue
         n += 1
-        names = re.findall(r"^#\d+ +(?:0x[0-9a-f]+ in )?([^ (]+)", t, re.M)
+        # A frame without a name is named by its library: ??@libcuda.so.1.
+        names = [f if f != "??" else "??@" + lib.rsplit("/", 1)[-1]
+                 for f, lib in re.findall(r"^#\d+ +(?:0x[0-9a-f]+ in )?([^ (]+).*?(?: from (\S+))?$",
+                                          t, re.M)]
         inner[" < ".join(names[:4])] += 1
         for name in set(names):
-            if "stoker" in name or name.startswith(("nvjpeg", "cu", "cuda", "mem")):
+            if "stoker" in name or name.startswith(("nvjpeg", "cu", "cuda", "mem", "??@")):
                 funcs[name] += 1
 print(f"{n} samples of the copier thread")
 print("innermost frames:")
