@@ -3,6 +3,12 @@
 # the stacks of bench/gpu_decode_bench.py's stoker_gpu way with gdb while
 # it runs, and counts, for the thread running DeviceStage::CopierLoop, the
 # innermost frames (a poor man's profiler: no perf on the GPU image).
+# Run on an H100 (2026-12-07 17:37 UTC) it measures itself, not the copier:
+# 8 of 9 samples were in cuLaunchKernel under libcudadebugger.so's
+# pthread_rwlock_wrlock. The driver maps libcudadebugger once a debugger
+# attaches (the same bench without gdb has it unmapped, /proc/PID/maps),
+# and every launch then takes its lock. Use the loader's counters instead
+# (LoaderStats::copier_*, gpu_decode_*, printed by the bench).
 # Sampling stops after STOKER_PROFILE_SECONDS (default 90), so that the
 # count is printed within the caller's limit.
 #
