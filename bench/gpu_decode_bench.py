@@ -204,6 +204,21 @@ def way_stoker(uri, args, gpu, cpu_share=None, both_threads=None, balance=False,
     return epoch, loader
 
 
+def set_blocking_sync():
+    """CU_CTX_SCHED_BLOCKING_SYNC on device 0's primary context, through the
+    driver (every CUDA runtime in the process shares that context), before
+    anything creates it."""
+    import ctypes
+    cu = ctypes.CDLL("libcuda.so.1")
+    dev = ctypes.c_int()
+    for what, rc in (("cuInit", cu.cuInit(0)), ("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0)),
+                     ("cuDevicePrimaryCtxSetFlags",
+                      cu.cuDevicePrimaryCtxSetFlags(dev, 0x04))):  # CU_CTX_SCHED_BLOCKING_SYNC
+        if rc != 0:
+            sys.exit(f"gpu_decode_bench: --blocking-sync: {what} returned {rc}")
+    print("primary context of GPU 0: CU_CTX_SCHED_BLOCKING_SYNC", flush=True)
+
+
 def measure(name, make, repeats):
     torch.cuda.synchronize()
     base_mem = gpu_used()
@@ -234,6 +249,7 @@ def measure(name, make, repeats):
             r["copier"] = {k: s[k + "_seconds"] / all_wall
                            for k in ("copier_wait", "gpu_decode", "gpu_decode_wait", "copier_cpu")}
         loader.close()
+    print(f"             epochs: {', '.join(f'{x:,.0f}' for x in rates)} images/s", flush=True)
     print(f"  {name:10} {r['images_per_s']:9,.0f} images/s  {r['cpu_cores']:5.1f} cores  "
           f"GPU {r['gpu_memory_bytes'] / 2**20:7.0f} MiB"
           + (f"  hw/cuda/cpu {r['backend_share']['hardware']:.2f}/"
@@ -265,9 +281,15 @@ def main():
     p.add_argument("--rounds", type=int, default=1,
                    help="run the stoker ways this many times, interleaved; each figure and "
                         "ratio is the median over the rounds (the peers run once)")
+    p.add_argument("--blocking-sync", action="store_true",
+                   help="set CU_CTX_SCHED_BLOCKING_SYNC on GPU 0's primary context first, so "
+                        "that host threads waiting for the GPU sleep instead of spinning (tells "
+                        "a spin inside nvJPEG from its host work in the copier's CPU time)")
     p.add_argument("--dir", default=None, help="where to make the data (default: a temp folder)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
+    if args.blocking_sync:
+        set_blocking_sync()
     if not torch.cuda.is_available():
         sys.exit("gpu_decode_bench: needs a CUDA GPU (torch.cuda.is_available() is False)")
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="stoker-gpu-decode-"))
