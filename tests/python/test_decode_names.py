@@ -106,3 +106,27 @@ def test_numpy_and_torch_dtypes_and_none_for_the_default():
     # normalize's float32 stays when dtype is None (not given).
     o = _decode_options({"field": "image", "normalize": True, "dtype": None})[3]
     assert o.dtype == _stoker.ImageDType.FLOAT32
+
+
+@pytest.mark.skipif(not STOKER_BIN, reason="STOKER_BIN (the stoker command) is not set")
+def test_cli_and_python_refuse_the_same_worker_nice(tmp_path):
+    # The range is C++'s (ValidateDecodeOptions): one message for both.
+    for nice, accepted in ((0, True), (19, True), (20, False)):
+        r = subprocess.run([STOKER_BIN, "bench", "loader", str(tmp_path / "nowhere"), "--decode",
+                            "--decode-worker-nice", str(nice)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, r.stdout
+        cli = r.stderr.strip().removeprefix("stoker: ")
+        try:
+            _decode_options({"field": "image", "worker_nice": nice})
+            python = None
+        except stoker.InvalidArgumentError as e:
+            python = str(e)
+        if accepted:
+            assert python is None and cli.startswith("Not found:"), (python, cli)
+        else:
+            assert python == "decode worker_nice 20: a nice increment, between 0 and 19", python
+            assert cli == "Invalid argument: " + python
+    r = subprocess.run([STOKER_BIN, "bench", "loader", str(tmp_path / "nowhere"),
+                        "--decode-worker-nice", "-1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--decode-worker-nice" in r.stderr, r.stderr
