@@ -6,11 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "stoker/dataset.h"
 #include "stoker/import.h"
@@ -169,6 +171,29 @@ TEST_F(MixTest, EveryGlobalBatchHoldsEachSourcesShareAndSourcesKeepTheirEpochs) 
   const MixStats st = m->stats();
   EXPECT_LT(st.epoch_windows[0] * 2, given[0]);  // the small source repeats
   EXPECT_GT(st.epoch_windows[2], given[2]);      // the large one does not
+}
+
+// stats() counts what the consumer got, not what the producer built ahead:
+// CI once saw 610 windows after 30 steps of 20 (issue 36's Python test).
+TEST_F(MixTest, StatsCountDeliveredStepsNotPrefetchedOnes) {
+  options_.prefetch_batches = 4;
+  auto m = Mix::Open(sources_, options_).value();
+  std::vector<uint64_t> got(3, 0);
+  for (int s = 0; s < 3; ++s) {
+    auto b = m->Next().value();
+    const auto* src = b.int64("source");
+    for (size_t i = 0; i < b.size(); ++i) ++got[size_t(src->values[i])];
+  }
+  // Let the producer fill its 4 steps ahead: its reads show in bytes_read.
+  uint64_t bytes = 0;
+  for (int i = 0; i < 200 && (bytes == 0 || bytes != m->stats().bytes_read); ++i) {
+    bytes = m->stats().bytes_read;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const MixStats st = m->stats();
+  EXPECT_EQ(st.steps, 3u);
+  EXPECT_EQ(st.windows, got);
+  EXPECT_EQ(got[0] + got[1] + got[2], 3u * options_.batch_size);
 }
 
 TEST_F(MixTest, SameGlobalStreamOnAnyWorldSizeAndAcrossAResume) {

@@ -127,8 +127,10 @@ class MixImpl final : public Mix {
  private:
   void Stop();
   void Produce();
+  // One step's rows for this rank; *given: per source, the windows in them.
   Result<Batch> BuildStep(uint64_t step, std::vector<uint64_t>* positions,
-                          std::vector<std::unique_ptr<TokenReader>>* readers);
+                          std::vector<std::unique_ptr<TokenReader>>* readers,
+                          std::vector<uint64_t>* given);
   const TokenWindows& WindowsOf(Source& s, uint64_t epoch);
 
   std::vector<Source> sources_;
@@ -140,12 +142,18 @@ class MixImpl final : public Mix {
   MixState start_, last_state_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<Result<Batch>, MixState>> ready_;
+  struct Built {
+    Result<Batch> batch;
+    MixState after;
+    std::vector<uint64_t> given;  // per source, windows in this rank's rows
+  };
+  std::deque<Built> ready_;
   bool stop_ = false;
   Status failed_;
   std::thread producer_;
   std::atomic<uint64_t> bytes_read_{0};
-  std::vector<uint64_t> windows_given_;  // per source, by this rank (producer-side, under mu_)
+  // Delivered to the consumer (not built ahead), under mu_.
+  std::vector<uint64_t> windows_given_;  // per source
   uint64_t steps_ = 0;
 };
 
@@ -220,7 +228,9 @@ const TokenWindows& MixImpl::WindowsOf(Source& s, uint64_t epoch) {
 }
 
 Result<Batch> MixImpl::BuildStep(uint64_t step, std::vector<uint64_t>* positions,
-                                 std::vector<std::unique_ptr<TokenReader>>* readers) {
+                                 std::vector<std::unique_ptr<TokenReader>>* readers,
+                                 std::vector<uint64_t>* given) {
+  given->assign(sources_.size(), 0);
   const size_t n = sources_.size();
   const std::vector<double> weights = WeightsAt(step);
   const std::vector<uint32_t> counts = MixCounts(weights, options_.batch_size, options_.seed, step);
@@ -275,8 +285,7 @@ Result<Batch> MixImpl::BuildStep(uint64_t step, std::vector<uint64_t>* positions
     for (size_t r = 0; r < rows.size(); ++r) {
       std::memcpy(tokens.data() + rows[r] * row * eb, part.data() + r * row * eb, row * eb);
     }
-    std::lock_guard lock(mu_);
-    windows_given_[i] += rows.size();
+    (*given)[i] = rows.size();
   }
   std::vector<TokenPiece> flat;
   std::vector<size_t> starts{0};
@@ -300,12 +309,13 @@ void MixImpl::Produce() {
       });
       if (stop_) return;
     }
-    Result<Batch> b = BuildStep(step, &positions, &readers);
+    std::vector<uint64_t> given;
+    Result<Batch> b = BuildStep(step, &positions, &readers, &given);
     const bool failed = !b.ok();
     MixState after = Identified(step + 1, positions);
     {
       std::lock_guard lock(mu_);
-      ready_.emplace_back(std::move(b), std::move(after));
+      ready_.push_back({std::move(b), std::move(after), std::move(given)});
     }
     cv_.notify_all();
     if (failed) return;
@@ -332,22 +342,24 @@ Result<Batch> MixImpl::Next() {
   if (!failed_.ok()) return failed_;
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return !ready_.empty(); });
-  auto [b, after] = std::move(ready_.front());
+  Built built = std::move(ready_.front());
   ready_.pop_front();
+  if (built.batch.ok()) {
+    ++steps_;
+    for (size_t i = 0; i < built.given.size(); ++i) windows_given_[i] += built.given[i];
+  }
   lock.unlock();
   cv_.notify_all();
-  if (!b.ok()) {
-    failed_ = b.status();
+  if (!built.batch.ok()) {
+    failed_ = built.batch.status();
     return failed_;
   }
-  last_state_ = std::move(after);
-  ++steps_;
-  return std::move(b);
+  last_state_ = std::move(built.after);
+  return std::move(built.batch);
 }
 
 MixStats MixImpl::stats() const {
   MixStats s;
-  s.steps = steps_;
   s.bytes_read = bytes_read_.load();
   for (const Source& src : sources_) {
     s.bytes_read += src.ds->index_bytes_read();
@@ -355,6 +367,7 @@ MixStats MixImpl::stats() const {
   }
   {
     std::lock_guard lock(const_cast<std::mutex&>(mu_));
+    s.steps = steps_;
     s.windows = windows_given_;
   }
   s.open_seconds = open_seconds;
