@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace stoker {
@@ -31,6 +32,12 @@ struct LoaderCounters {
 
   static void Add(std::atomic<uint64_t>& c, uint64_t n) {
     c.fetch_add(n, std::memory_order_relaxed);
+  }
+  // Adds the nanoseconds since `start` (a steady-clock time).
+  static void AddSince(std::atomic<uint64_t>& c, std::chrono::steady_clock::time_point start) {
+    Add(c, uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count()));
   }
 };
 

@@ -22,10 +22,6 @@ uint64_t ThreadCpuNanos() {
   return uint64_t(t.tv_sec) * 1000000000u + uint64_t(t.tv_nsec);
 }
 
-uint64_t NanosSince(Clock::time_point t) {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
-}
-
 }  // namespace
 
 void DeviceStage::CopierLoop() {
@@ -38,10 +34,10 @@ void DeviceStage::CopierLoop() {
                                             now && b + 1 < num_batches_ && built_.Ready(b + 1));
       if (ready >= 0) gpu_decode_->Balance(ready);
     }
-    const auto waited = Clock::now();
+    const auto asked = Clock::now();
     std::optional<Result<Batch>> r = built_.Take(b);
     if (!r) return;  // stopped
-    if (counters_ != nullptr) LoaderCounters::Add(counters_->copier_wait_ns, NanosSince(waited));
+    if (counters_ != nullptr) LoaderCounters::AddSince(counters_->copier_wait_ns, asked);
     if (r->ok()) {
       // What the copy does not expect fails this batch, not the process.
       r.emplace(internal::CatchAsStatus("loader device stage",
@@ -72,7 +68,7 @@ Result<Batch> DeviceStage::ToDevice(Batch batch) {
     decode = [this, &mem, &decode_error](CudaStreamHandle stream, std::byte* device) {
       const auto start = Clock::now();
       decode_error = gpu_decode_->Run(*mem->gpu_decode(), mem->data(), stream, device, counters_);
-      if (counters_ != nullptr) LoaderCounters::Add(counters_->gpu_decode_ns, NanosSince(start));
+      if (counters_ != nullptr) LoaderCounters::AddSince(counters_->gpu_decode_ns, start);
       return decode_error;
     };
   }

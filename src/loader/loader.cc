@@ -356,7 +356,7 @@ Result<Batch> LoaderImpl::Next() {
   } else {
     r = NotBuiltInTime(e);
   }
-  const auto waited = Clock::now() - start;
+  LoaderCounters::AddSince(counters_->wait_ns, start);
   e.next_consume++;
   e.assembly->Consumed(e.next_consume);
   if (!r.ok()) {
@@ -365,7 +365,6 @@ Result<Batch> LoaderImpl::Next() {
   }
   last_state_ = r->state_after();
   LoaderCounters& c = *counters_;
-  LoaderCounters::Add(c.wait_ns, uint64_t(std::chrono::nanoseconds(waited).count()));
   LoaderCounters::Add(c.batches_delivered, 1);
   LoaderCounters::Add(c.samples_delivered, r->size());
   // Counted at delivery: a batch built ahead (the next epoch's, read ahead)

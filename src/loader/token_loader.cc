@@ -303,9 +303,7 @@ Result<Batch> TokenLoader::Next() {
   ready_.pop_front();
   lock.unlock();
   cv_.notify_all();
-  LoaderCounters::Add(
-      counters_->wait_ns,
-      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+  LoaderCounters::AddSince(counters_->wait_ns, t0);
   if (!b.ok()) {
     failed_ = b.status();
     return failed_;
